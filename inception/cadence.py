@@ -1,0 +1,35 @@
+"""Decides when periodic work is due ("log / summarize / checkpoint now?").
+
+One rule for every cadence, from step counts and/or seconds, instead of scattered `% N` checks.
+"""
+
+
+class Cadence:
+    """Due every `every_steps` steps and/or every `every_secs` seconds (0 or None: never by that).
+
+    The first call to `due` after construction counts from `start_step` / `start_time`.
+    """
+
+    def __init__(self, every_steps=None, every_secs=None, start_step=0, start_time=0.0):
+        self.every_steps = every_steps or 0
+        self.every_secs = every_secs or 0
+        self._last_step = start_step
+        self._last_time = start_time
+
+    def due(self, step, now):
+        """True when `every_steps` steps or `every_secs` seconds have passed since the last mark."""
+        by_steps = self.every_steps > 0 and step - self._last_step >= self.every_steps
+        by_time = self.every_secs > 0 and now - self._last_time >= self.every_secs
+        return by_steps or by_time
+
+    def mark(self, step, now):
+        """Records that the work was done at `step`, time `now`."""
+        self._last_step = step
+        self._last_time = now
+
+    def check_and_mark(self, step, now):
+        """`due(step, now)`, marking when True."""
+        if self.due(step, now):
+            self.mark(step, now)
+            return True
+        return False

@@ -1,0 +1,154 @@
+"""Which data set a run trains on: where its shards are, its classes and its sizes.
+
+Known sets: `demo` (embedded, generated on first use), `imagenet` (1000 classes), `flowers`
+(5 classes). Any directory with a `labels.txt` (one label per line, line i is label i) works as
+`custom`; shards without one need `num_classes`. Labels are 1-based; 0 is background, so the
+network has one logit more than there are labels.
+"""
+
+import dataclasses
+import os
+
+import tensorflow as tf
+
+from data import demo_data
+from data import tfrecord_format
+
+LABELS_FILE = "labels.txt"
+
+
+class DataError(ValueError):
+    """The data directory or its shards cannot be used; the message says what to do."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingDefaults:
+    """Flag defaults that depend on the data set (explicit flags always win)."""
+    image_size: int
+    depth_multiplier: float
+    max_steps: int
+    batch_size: int
+    initial_learning_rate: float
+    num_epochs_per_decay: float
+
+
+FULL_SIZE_DEFAULTS = TrainingDefaults(image_size=299, depth_multiplier=1.0, max_steps=10_000_000,
+                                      batch_size=32, initial_learning_rate=0.1,
+                                      num_epochs_per_decay=30.0)
+# Small enough to train to >90% in a few minutes on a 2-core CPU; see README "Demo".
+DEMO_DEFAULTS = TrainingDefaults(image_size=128, depth_multiplier=0.25, max_steps=300,
+                                 batch_size=32, initial_learning_rate=0.01,
+                                 num_epochs_per_decay=30.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class KnownDataset:
+    num_labels: int
+    examples: dict
+
+
+KNOWN_DATASETS = {
+    "imagenet": KnownDataset(1000, {"train": 1281167, "validation": 50000}),
+    "flowers": KnownDataset(5, {"train": 3170, "validation": 500}),
+}
+DATASET_NAMES = ("demo", "imagenet", "flowers", "custom")
+
+
+@dataclasses.dataclass(frozen=True)
+class Dataset:
+    """A resolved data set.
+
+    num_classes: number of logits, background included (labels.txt lines + 1).
+    label_names: label_names[i - 1] names label i; empty when unknown.
+    """
+    name: str
+    data_dir: str
+    num_classes: int
+    label_names: tuple = ()
+    known_examples: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def defaults(self):
+        """TrainingDefaults for this data set."""
+        return DEMO_DEFAULTS if self.name == "demo" else FULL_SIZE_DEFAULTS
+
+    def shards(self, subset):
+        """Sorted shard paths of `subset`; raises DataError when there are none."""
+        paths = tfrecord_format.list_shards(self.data_dir, subset)
+        if not paths:
+            raise DataError(f"no '{subset}-*-of-*' shards in {self.data_dir}; build them with "
+                            "`bin/bazel run //data:build_image_data` or pass the right --data_dir.")
+        return paths
+
+    def num_examples(self, subset):
+        """Examples in `subset`: known for the standard sets, otherwise counted from the shards."""
+        if subset in self.known_examples:
+            return self.known_examples[subset]
+        count = count_records(self.shards(subset))
+        if count == 0:
+            raise DataError(f"the '{subset}' shards in {self.data_dir} hold no records; rebuild "
+                            "them or pass another --data_dir.")
+        return count
+
+
+def count_records(paths):
+    """Number of records in the TFRecord files `paths`; raises DataError on a damaged file."""
+    total = 0
+    with tf.init_scope():  # eager, even when called while a graph is being built
+        for path in paths:
+            try:
+                total += int(tf.data.TFRecordDataset(path).reduce(
+                    tf.constant(0, tf.int64), lambda count, _: count + 1))
+            except tf.errors.OpError as error:
+                raise DataError(f"cannot read {path}: {error.message.splitlines()[0]}; rebuild "
+                                "the shard or remove it.") from None
+    return total
+
+
+def resolve_dataset(name, data_dir, num_classes=None, log=print):
+    """Finds the data set a run uses.
+
+    Args:
+      name: one of DATASET_NAMES, or "" to infer: the demo without `data_dir`, else `custom`.
+      data_dir: directory of the shards; "" for the demo's cache.
+      num_classes: labels in the data, background excluded; needed only for shards that come
+        without a labels.txt and are not a known set.
+      log: progress output (the demo's first generation).
+
+    Returns:
+      A Dataset.
+    """
+    name = name or ("custom" if data_dir else "demo")
+    if name not in DATASET_NAMES:
+        raise DataError(f"unknown --dataset={name!r}; use one of {', '.join(DATASET_NAMES)}.")
+    if name == "demo":
+        data_dir = data_dir or demo_data.ensure_demo_data(log=log)
+    elif not data_dir:
+        raise DataError(f"--dataset={name} needs --data_dir=<directory of its TFRecord shards>.")
+    if not os.path.isdir(data_dir):
+        raise DataError(f"--data_dir={data_dir} does not exist; pass the directory that holds "
+                        "the train-*/validation-* shards.")
+    label_names = _read_labels(data_dir)
+    known = KNOWN_DATASETS.get(name)
+    if num_classes:
+        num_labels = num_classes
+    elif label_names:
+        num_labels = len(label_names)
+    elif known:
+        num_labels = known.num_labels
+    elif name == "demo":
+        num_labels = len(demo_data.CLASS_NAMES)
+    else:
+        raise DataError(f"{data_dir} has no {LABELS_FILE}; pass --num_classes=<number of labels> "
+                        "or --dataset=imagenet|flowers.")
+    if label_names and len(label_names) != num_labels:
+        raise DataError(f"--num_classes={num_labels} but {data_dir}/{LABELS_FILE} lists "
+                        f"{len(label_names)} labels; drop --num_classes or fix the file.")
+    return Dataset(name=name, data_dir=data_dir, num_classes=num_labels + 1,
+                   label_names=tuple(label_names),
+                   known_examples=dict(known.examples) if known else {})
+
+
+def _read_labels(data_dir):
+    path = os.path.join(data_dir, LABELS_FILE)
+    return tfrecord_format.read_labels_file(path) if os.path.exists(path) else []

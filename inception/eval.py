@@ -1,0 +1,54 @@
+"""`bazel run //inception:eval`: evaluate checkpoints of a training run.
+
+Reads the model settings stored beside the checkpoints, so usually only --checkpoint_dir is
+needed. Flags follow the original tensorflow/models inception_eval.py.
+"""
+
+from inception import cli
+
+cli.quiet_tensorflow()
+
+from absl import app  # noqa: E402  pylint: disable=wrong-import-position
+from absl import flags  # noqa: E402  pylint: disable=wrong-import-position
+
+from inception import evaluation  # noqa: E402  pylint: disable=wrong-import-position
+
+FLAGS = flags.FLAGS
+
+flags.DEFINE_string("checkpoint_dir", "/tmp/inception_train",
+                    "The --train_dir of the training run to evaluate.")
+flags.DEFINE_string("eval_dir", "", "Where to write eval summaries (default: "
+                    "<checkpoint_dir>/eval_<subset>, so TensorBoard shows it beside training).")
+flags.DEFINE_string("data_dir", "", "Shards to evaluate on (default: the training run's).")
+flags.DEFINE_string("subset", "validation", "Which shards: validation or train.")
+flags.DEFINE_integer("num_examples", 0, "Evaluate the first this many examples (0: all).")
+flags.DEFINE_integer("batch_size", 100, "Examples per evaluation batch.")
+flags.DEFINE_float("eval_interval_secs", 60, "How often to look for a new checkpoint.")
+flags.DEFINE_bool("run_once", False, "Evaluate the newest checkpoint once and exit.")
+flags.DEFINE_float("timeout_secs", 0, "Stop watching when no new checkpoint appeared for this "
+                   "long (0: watch until interrupted).")
+flags.DEFINE_integer("image_size", None, "Override the stored image size.")
+flags.DEFINE_float("depth_multiplier", None, "Override the stored depth multiplier.")
+flags.DEFINE_bool("strict_input", False, "Stop on a damaged image instead of skipping it.")
+
+
+def main(argv):
+    if len(argv) > 1:
+        cli.fail(f"unexpected arguments {argv[1:]}; flags look like --run_once.")
+    if FLAGS.batch_size < 1:
+        cli.fail(f"--batch_size={FLAGS.batch_size} must be at least 1.")
+    options = evaluation.EvalOptions(
+        checkpoint_dir=cli.user_path(FLAGS.checkpoint_dir), eval_dir=cli.user_path(FLAGS.eval_dir),
+        data_dir=cli.user_path(FLAGS.data_dir), subset=FLAGS.subset,
+        num_examples=FLAGS.num_examples, batch_size=FLAGS.batch_size,
+        eval_interval_secs=FLAGS.eval_interval_secs, run_once=FLAGS.run_once,
+        timeout_secs=FLAGS.timeout_secs, image_size=FLAGS.image_size,
+        depth_multiplier=FLAGS.depth_multiplier, strict_input=FLAGS.strict_input)
+    try:
+        evaluation.run_evaluation(options, log=cli.log)
+    except ValueError as error:
+        cli.fail(error)
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,103 @@
+"""One evaluation job from explicit options: settings from the checkpoint directory, the
+subset's shards, then one checkpoint (`run_once`) or every new one as it appears."""
+
+import dataclasses
+import os
+
+import tensorflow as tf
+
+from inception import checkpoints
+from inception import datasets
+from inception import evaluator
+from inception.stop_request import StopRequest
+
+tf1 = tf.compat.v1
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalOptions:
+    """Everything an evaluation job takes; None/empty means "as stored with the checkpoints"."""
+    checkpoint_dir: str
+    eval_dir: str = ""
+    data_dir: str = ""
+    subset: str = "validation"
+    num_examples: int = 0
+    batch_size: int = 100
+    eval_interval_secs: float = 60
+    run_once: bool = False
+    timeout_secs: float = 0
+    image_size: int = None
+    depth_multiplier: float = None
+    strict_input: bool = False
+
+
+def default_eval_dir(checkpoint_dir, subset):
+    """`<checkpoint_dir>/eval_<subset>`: TensorBoard on the training directory shows both runs."""
+    return os.path.join(checkpoint_dir, f"eval_{subset}")
+
+
+def resolve_settings(options, log=print):
+    """(ModelSettings, Dataset) from the checkpoint directory, with flag overrides."""
+    stored = checkpoints.read_stored_run(options.checkpoint_dir)
+    if stored is None:
+        if not os.path.isdir(options.checkpoint_dir):
+            raise checkpoints.CheckpointError(
+                f"--checkpoint_dir={options.checkpoint_dir} does not exist; pass the --train_dir "
+                "of a training run.")
+        raise checkpoints.CheckpointError(
+            f"{options.checkpoint_dir} has no {checkpoints.SETTINGS_FILE}; it is not a training "
+            "directory of this trainer (or training has not started yet).")
+    settings = stored.settings
+    overrides = {name: getattr(options, name) for name in ("image_size", "depth_multiplier")
+                 if getattr(options, name) is not None}
+    if overrides:
+        settings = dataclasses.replace(settings, **overrides)
+        log(f"note: overriding the stored model settings with {overrides}")
+    dataset = datasets.resolve_dataset(settings.dataset, options.data_dir or stored.data_dir,
+                                       settings.num_classes - 1, log=log)
+    return settings, dataset
+
+
+def run_evaluation(options, log=print, logits_fn=None):
+    """Evaluates as `options` say; returns the list of EvalResult (one per checkpoint)."""
+    settings, dataset = resolve_settings(options, log)
+    shards = dataset.shards(options.subset)
+    expected = dataset.num_examples(options.subset)
+    if options.num_examples:
+        expected = min(expected, options.num_examples)
+    eval_graph = evaluator.build_eval_graph(shards, settings, options.batch_size,
+                                            options.num_examples, options.strict_input,
+                                            logits_fn=logits_fn)
+    eval_dir = options.eval_dir or default_eval_dir(options.checkpoint_dir, options.subset)
+    os.makedirs(eval_dir, exist_ok=True)
+    with eval_graph.graph.as_default():  # v1 FileWriter refuses to start in eager mode
+        writer = tf1.summary.FileWriter(eval_dir)
+    results = []
+    config = tf1.ConfigProto(allow_soft_placement=True)
+
+    def evaluate(path):
+        log(f"evaluating {path} on {expected} {options.subset} examples of {dataset.name}...")
+        result = evaluator.evaluate_checkpoint(eval_graph, path, config, expected)
+        evaluator.write_summaries(writer, result)
+        log(f"step {result.step}: {result.line()}, loss = {result.loss:.4f}"
+            + (f", {result.corrupt_records} damaged images skipped"
+               if result.corrupt_records else ""))
+        results.append(result)
+
+    try:
+        if options.run_once:
+            latest = checkpoints.latest_checkpoint(options.checkpoint_dir)
+            if latest is None:
+                raise checkpoints.CheckpointError(
+                    f"no checkpoint in {options.checkpoint_dir} yet; wait for training to save "
+                    "one, or drop --run_once to wait for it.")
+            evaluate(latest)
+        else:
+            with StopRequest(log, "stopping after the current evaluation") as stop:
+                evaluator.watch_checkpoints(options.checkpoint_dir, evaluate,
+                                            options.eval_interval_secs, options.timeout_secs,
+                                            stop, log)
+    finally:
+        writer.close()
+    log(f"eval summaries: {eval_dir}")
+    return results

@@ -1,0 +1,126 @@
+"""Per-image preprocessing of the original Inception training, on stateless random ops.
+
+Training: crop a random box covering part of the object (`sample_distorted_bounding_box`),
+resize with a randomly chosen method, flip, distort colour in one of two orders. Evaluation:
+central crop of 87.5%, bilinear resize. Both end in float32 [size, size, 3] scaled to [-1, 1].
+
+Every random choice draws from a per-image seed (shape [2], int64), so a fixed --seed gives the
+same images in the same order however many threads decode them.
+"""
+
+import tensorflow as tf
+
+MIN_OBJECT_COVERED = 0.1
+ASPECT_RATIO_RANGE = (0.75, 1.33)
+AREA_RANGE = (0.05, 1.0)
+MAX_ATTEMPTS = 100
+EVAL_CENTRAL_FRACTION = 0.875
+RESIZE_METHODS = ("bilinear", "nearest", "bicubic", "area")
+_JPEG_END_SEARCH_BYTES = 64
+
+
+def is_complete_jpeg(encoded):
+    """True when `encoded` (scalar string) starts like a JPEG and has an end-of-image marker.
+
+    The marker may be followed by a few bytes of trailing data, as some cameras write. This
+    catches truncated files before the decoder fails on them (the decoder's failure would
+    otherwise end the whole input pipeline).
+    """
+    padded = tf.strings.join([tf.constant("\0" * _JPEG_END_SEARCH_BYTES), encoded])
+    tail = tf.strings.substr(padded, -_JPEG_END_SEARCH_BYTES, _JPEG_END_SEARCH_BYTES)
+    tail_bytes = tf.io.decode_raw(tail, tf.uint8)
+    has_end_marker = tf.reduce_any(tf.logical_and(tf.equal(tail_bytes[:-1], 0xFF),
+                                                  tf.equal(tail_bytes[1:], 0xD9)))
+    return tf.logical_and(tf.io.is_jpeg(encoded), has_end_marker)
+
+
+def scale_to_unit_range(image):
+    """Maps float32 values in [0, 1] to [-1, 1]."""
+    return (image - 0.5) * 2.0
+
+
+def train_image(encoded, boxes, image_size, seed):
+    """Decodes and distorts one training image.
+
+    Args:
+      encoded: scalar string, JPEG bytes.
+      boxes: float32 [num_boxes, 4] as (ymin, xmin, ymax, xmax) in [0, 1]; may be empty, then
+        the whole image counts as the object.
+      image_size: output height and width.
+      seed: int64 [2], this image's seed.
+
+    Returns:
+      float32 [image_size, image_size, 3] in [-1, 1].
+    """
+    seeds = tf.random.experimental.stateless_split(seed, num=8)
+    shape = tf.image.extract_jpeg_shape(encoded)
+    whole_image = tf.constant([[0.0, 0.0, 1.0, 1.0]])
+    boxes = tf.cond(tf.shape(boxes)[0] > 0, lambda: boxes, lambda: whole_image)
+    begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
+        shape, boxes[tf.newaxis], seed=seeds[0], min_object_covered=MIN_OBJECT_COVERED,
+        aspect_ratio_range=ASPECT_RATIO_RANGE, area_range=AREA_RANGE,
+        max_attempts=MAX_ATTEMPTS, use_image_if_no_bounding_boxes=True)
+    crop_window = tf.stack([begin[0], begin[1], size[0], size[1]])
+    image = tf.image.decode_and_crop_jpeg(encoded, crop_window, channels=3)
+    image = tf.image.convert_image_dtype(image, tf.float32)
+    image = resize_with_random_method(image, image_size, seeds[1])
+    image = tf.image.stateless_random_flip_left_right(image, seeds[2])
+    image = distort_colour(image, seeds[3:8])
+    image.set_shape([image_size, image_size, 3])
+    return scale_to_unit_range(image)
+
+
+def resize_with_random_method(image, image_size, seed):
+    """Resizes to [image_size, image_size] with one of four methods, picked by `seed`."""
+    choice = tf.random.stateless_uniform([], seed, maxval=len(RESIZE_METHODS), dtype=tf.int32)
+    branches = [lambda m=method: tf.image.resize(image, [image_size, image_size], method=m)
+                for method in RESIZE_METHODS]
+    resized = tf.switch_case(choice, branches)
+    return tf.clip_by_value(resized, 0.0, 1.0)
+
+
+def distort_colour(image, seeds):
+    """Brightness, saturation, hue and contrast changes, in one of two orders; float in [0, 1].
+
+    Args:
+      image: float32 [h, w, 3] in [0, 1].
+      seeds: int64 [5, 2]: seeds[0] picks the order, the rest drive the distortions.
+    """
+    def brightness(x):
+        return tf.image.stateless_random_brightness(x, 32.0 / 255.0, seeds[1])
+
+    def saturation(x):
+        return tf.image.stateless_random_saturation(x, 0.5, 1.5, seeds[2])
+
+    def hue(x):
+        return tf.image.stateless_random_hue(x, 0.2, seeds[3])
+
+    def contrast(x):
+        return tf.image.stateless_random_contrast(x, 0.5, 1.5, seeds[4])
+
+    def in_order(*steps):
+        def apply():
+            result = image
+            for step in steps:
+                result = step(result)
+            return result
+        return apply
+
+    ordering = tf.random.stateless_uniform([], seeds[0], maxval=2, dtype=tf.int32)
+    distorted = tf.switch_case(ordering, [in_order(brightness, saturation, hue, contrast),
+                                          in_order(brightness, contrast, saturation, hue)])
+    return tf.clip_by_value(distorted, 0.0, 1.0)
+
+
+def eval_image(encoded, image_size):
+    """Decodes one evaluation image: central 87.5% crop, bilinear resize, [-1, 1].
+
+    Returns float32 [image_size, image_size, 3]; deterministic.
+    """
+    image = tf.image.decode_jpeg(encoded, channels=3)
+    image = tf.image.convert_image_dtype(image, tf.float32)
+    image = tf.image.central_crop(image, central_fraction=EVAL_CENTRAL_FRACTION)
+    image = tf.image.resize(image, [image_size, image_size], method="bilinear")
+    image = tf.clip_by_value(image, 0.0, 1.0)
+    image.set_shape([image_size, image_size, 3])
+    return scale_to_unit_range(image)

@@ -1,0 +1,171 @@
+"""tf.data input: TFRecord shards -> parsed Examples -> preprocessed images -> global batches.
+
+Runs on the CPU. Training interleaves shards, shuffles, repeats forever and drops the last
+partial batch (towers need equal batches); evaluation reads every example once, in order.
+A record whose JPEG is truncated or not a JPEG is skipped and counted (or, with `strict`, stops
+the run with an error that names the file).
+"""
+
+import dataclasses
+import random
+
+import tensorflow as tf
+
+from inception import image_processing
+
+tf1 = tf.compat.v1
+AUTOTUNE = tf.data.AUTOTUNE
+DEFAULT_SHUFFLE_BUFFER = 10_000
+
+
+@dataclasses.dataclass(frozen=True)
+class InputBatch:
+    """Tensors of one batch and the ops that drive the pipeline.
+
+    images: float32 [batch, size, size, 3] in [-1, 1]; labels: int32 [batch] in [0, num_classes).
+    corrupt_records: int64 scalar, records skipped so far because their image was damaged.
+    initializer: run once per session before reading.
+    """
+    images: tf.Tensor
+    labels: tf.Tensor
+    corrupt_records: tf.Tensor
+    initializer: tf.Operation
+
+
+def parse_example(serialized):
+    """Parses one original-format Example into (JPEG bytes, label, boxes, filename).
+
+    Boxes are float32 [num_boxes, 4] as (ymin, xmin, ymax, xmax); records without boxes (the
+    original builders' non-ImageNet sets) give [0, 4].
+    """
+    features = tf.io.parse_single_example(serialized, {
+        "image/encoded": tf.io.FixedLenFeature([], tf.string),
+        "image/class/label": tf.io.FixedLenFeature([], tf.int64),
+        "image/filename": tf.io.FixedLenFeature([], tf.string, default_value=""),
+        "image/object/bbox/xmin": tf.io.VarLenFeature(tf.float32),
+        "image/object/bbox/ymin": tf.io.VarLenFeature(tf.float32),
+        "image/object/bbox/xmax": tf.io.VarLenFeature(tf.float32),
+        "image/object/bbox/ymax": tf.io.VarLenFeature(tf.float32),
+    })
+    coordinates = [tf.sparse.to_dense(features[f"image/object/bbox/{key}"])
+                   for key in ("ymin", "xmin", "ymax", "xmax")]
+    boxes = tf.stack(coordinates, axis=1)
+    label = tf.cast(features["image/class/label"], tf.int32)
+    return features["image/encoded"], label, boxes, features["image/filename"]
+
+
+def _corrupt_counter():
+    return tf1.Variable(0, dtype=tf.int64, trainable=False, name="corrupt_records",
+                        collections=[tf1.GraphKeys.LOCAL_VARIABLES])
+
+
+def _checked_label(label, num_classes, filename):
+    in_range = tf.logical_and(label >= 0, label < num_classes)
+    message = tf.strings.format(
+        "label {} of image {} is outside [0, {}); the data has more classes than the model: "
+        "check --num_classes / labels.txt", (label, filename, num_classes))
+    with tf.control_dependencies([tf.debugging.Assert(in_range, [message])]):
+        return tf.identity(label)
+
+
+def _decode_or_skip(encoded, filename, decode, image_size, counter, strict):
+    """Returns (image, ok); damaged images give ok=False and bump `counter` (or fail if strict).
+
+    `decode` is a zero-argument callable returning float32 [image_size, image_size, 3].
+    """
+    ok = image_processing.is_complete_jpeg(encoded)
+    if strict:
+        message = tf.strings.format("damaged or non-JPEG image {} in the input (remove it, or "
+                                    "drop --strict_input to skip such records)", filename)
+        with tf.control_dependencies([tf.debugging.Assert(ok, [message])]):
+            return decode(), ok
+
+    def skip():
+        with tf.control_dependencies([counter.assign_add(1)]):
+            return tf.zeros([image_size, image_size, 3], tf.float32)
+
+    return tf.cond(ok, decode, skip), ok
+
+
+def _records(shards, shuffle_files, seed, deterministic):
+    files = tf.data.Dataset.from_tensor_slices(shards)
+    if shuffle_files:
+        files = files.shuffle(len(shards), seed=seed, reshuffle_each_iteration=True).repeat()
+    return files.interleave(tf.data.TFRecordDataset, cycle_length=min(len(shards), 16),
+                            num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+
+
+def build_train_input(shards, batch_size, image_size, num_classes, seed=None, strict=False,
+                      shuffle_buffer=DEFAULT_SHUFFLE_BUFFER):
+    """Training batches: distorted images, forever, in global batches of `batch_size`.
+
+    Args:
+      shards: list of TFRecord paths.
+      seed: int for a reproducible order and distortions; None for a fresh random one (and
+        non-deterministic, slightly faster parallel reads).
+      strict: fail on a damaged image instead of skipping it.
+
+    Returns:
+      InputBatch with static shapes [batch_size, image_size, image_size, 3] and [batch_size].
+    """
+    deterministic = seed is not None
+    if seed is None:
+        seed = random.SystemRandom().randrange(2**31 - 1)
+    counter = _corrupt_counter()
+    records = _records(shards, True, seed, deterministic)
+    records = records.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+
+    def preprocess(index, serialized):
+        encoded, label, boxes, filename = parse_example(serialized)
+        image_seed = tf.stack([tf.constant(seed, tf.int64), index])
+        image, ok = _decode_or_skip(
+            encoded, filename,
+            lambda: image_processing.train_image(encoded, boxes, image_size, image_seed),
+            image_size, counter, strict)
+        return image, _checked_label(label, num_classes, filename), ok
+
+    return _finish(records.enumerate(), preprocess, batch_size, counter, strict, deterministic,
+                   drop_remainder=True)
+
+
+def build_eval_input(shards, batch_size, image_size, num_classes, strict=False, max_examples=0):
+    """Evaluation batches: every record of `shards` once, in order; the last batch may be short.
+
+    Args:
+      max_examples: read only the first this many records (0: all).
+
+    Returns:
+      InputBatch; the batch dimension is unknown (None) because of the last partial batch.
+    """
+    counter = _corrupt_counter()
+    records = _records(shards, False, None, True)
+    if max_examples:
+        records = records.take(max_examples)
+
+    def preprocess(index, serialized):
+        del index
+        encoded, label, _, filename = parse_example(serialized)
+        image, ok = _decode_or_skip(
+            encoded, filename, lambda: image_processing.eval_image(encoded, image_size),
+            image_size, counter, strict)
+        return image, _checked_label(label, num_classes, filename), ok
+
+    return _finish(records.enumerate(), preprocess, batch_size, counter, strict,
+                   deterministic=True, drop_remainder=False)
+
+
+def _finish(indexed_records, preprocess, batch_size, counter, strict, deterministic,
+            drop_remainder):
+    dataset = indexed_records.map(preprocess, num_parallel_calls=AUTOTUNE,
+                                  deterministic=deterministic)
+    dataset = dataset.filter(lambda image, label, ok: ok)
+    dataset = dataset.map(lambda image, label, ok: (image, label))
+    if not strict:
+        # Last line of defence: a JPEG that looks complete but still fails to decode is dropped
+        # (TensorFlow logs it) rather than ending a long run.
+        dataset = dataset.ignore_errors(log_warning=True)
+    dataset = dataset.batch(batch_size, drop_remainder=drop_remainder).prefetch(AUTOTUNE)
+    iterator = tf1.data.make_initializable_iterator(dataset)
+    images, labels = iterator.get_next()
+    return InputBatch(images=images, labels=labels, corrupt_records=counter.read_value(),
+                      initializer=iterator.initializer)

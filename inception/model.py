@@ -1,0 +1,103 @@
+"""Inception v3 from tf_slim.nets and the classification loss of one tower.
+
+The model is the original's: label smoothing 0.1 on the main logits, the auxiliary head's loss
+weighted 0.4, L2 weight decay 0.00004 collected once as regularization (towers.py adds it).
+"""
+
+import dataclasses
+
+import tensorflow as tf
+
+from inception.compat import tf_slim as slim
+from tf_slim.nets import inception_v3
+
+MIN_IMAGE_SIZE = 75
+MIN_AUX_IMAGE_SIZE = 107
+LABEL_SMOOTHING = 0.1
+AUX_LOSS_WEIGHT = 0.4
+WEIGHT_DECAY = 0.00004
+MODEL_SCOPE = "InceptionV3"
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSettings:
+    """What defines the network; stored beside checkpoints so evaluation needs no flags.
+
+    num_classes counts logits, background (label 0) included: 1001 for ImageNet.
+    """
+    num_classes: int
+    image_size: int
+    depth_multiplier: float
+    dataset: str
+
+    def validate(self):
+        """Raises ValueError with a fix when the settings cannot build a network."""
+        if self.image_size < MIN_IMAGE_SIZE:
+            raise ValueError(f"--image_size={self.image_size} is too small for Inception v3; "
+                             f"use {MIN_IMAGE_SIZE} or more (299 is the original).")
+        if self.depth_multiplier <= 0:
+            raise ValueError(f"--depth_multiplier={self.depth_multiplier} must be > 0 "
+                             "(1.0 is the full network).")
+        if self.num_classes < 2:
+            raise ValueError(f"num_classes={self.num_classes} must be at least 2.")
+
+
+def has_aux_head(image_size):
+    """Whether the auxiliary head fits: its 5x5 pooling needs Mixed_6e to be 5x5 or larger."""
+    return image_size >= MIN_AUX_IMAGE_SIZE
+
+
+def inception_logits(images, settings, is_training, batch_norm_decay=0.9997):
+    """Builds Inception v3 on `images` under variable scope `InceptionV3`.
+
+    Args:
+      images: float32 [batch, size, size, 3] in [-1, 1].
+      settings: ModelSettings.
+      is_training: Python bool; batch norm uses batch statistics and dropout is on when True.
+      batch_norm_decay: float or scalar float32 tensor, decay of the moving statistics.
+
+    Returns:
+      (logits, aux_logits): float32 [batch, num_classes]; aux_logits is None when the image is
+      too small for the auxiliary head.
+    """
+    arg_scope = inception_v3.inception_v3_arg_scope(
+        weight_decay=WEIGHT_DECAY, batch_norm_decay=batch_norm_decay)
+    with slim.arg_scope(arg_scope):
+        logits, end_points = inception_v3.inception_v3(
+            images, num_classes=settings.num_classes, is_training=is_training,
+            depth_multiplier=settings.depth_multiplier,
+            create_aux_logits=has_aux_head(settings.image_size), scope=MODEL_SCOPE)
+    return logits, end_points.get("AuxLogits")
+
+
+def classification_losses(logits, aux_logits, labels, num_classes):
+    """The data terms of the tower loss (regularization is added once by the towers).
+
+    Args:
+      logits, aux_logits: float32 [batch, num_classes]; aux_logits may be None.
+      labels: int32 [batch] in [0, num_classes).
+
+    Returns:
+      {"cross_entropy": scalar, "aux_loss": scalar (when aux_logits exists)}; each term is a
+      mean over the batch and already carries its weight.
+    """
+    one_hot = tf.one_hot(labels, num_classes)
+    terms = {"cross_entropy": smoothed_cross_entropy(logits, one_hot, "cross_entropy")}
+    if aux_logits is not None:
+        terms["aux_loss"] = AUX_LOSS_WEIGHT * smoothed_cross_entropy(aux_logits, one_hot, "aux_loss")
+    return terms
+
+
+def smoothed_cross_entropy(logits, one_hot, name):
+    """Mean softmax cross-entropy with label smoothing 0.1, added to no collection."""
+    return tf.compat.v1.losses.softmax_cross_entropy(
+        one_hot, logits, label_smoothing=LABEL_SMOOTHING, scope=name,
+        loss_collection=None)
+
+
+def make_model_fn(settings, batch_norm_decay):
+    """Returns `model_fn(images, labels) -> {term: scalar loss}` for towers.build_towers."""
+    def model_fn(images, labels):
+        logits, aux_logits = inception_logits(images, settings, True, batch_norm_decay)
+        return classification_losses(logits, aux_logits, labels, settings.num_classes)
+    return model_fn

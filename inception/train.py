@@ -1,0 +1,108 @@
+"""`bazel run //inception:train`: multi-tower Inception v3 training.
+
+With no flags it trains the embedded demo data set with 2 towers in a few minutes on a CPU.
+Flags follow the original tensorflow/models inception_train.py where it had them.
+"""
+
+from inception import cli
+
+cli.quiet_tensorflow()
+
+import signal  # noqa: E402  pylint: disable=wrong-import-position
+
+from absl import app  # noqa: E402  pylint: disable=wrong-import-position
+from absl import flags  # noqa: E402  pylint: disable=wrong-import-position
+
+from inception import datasets  # noqa: E402  pylint: disable=wrong-import-position
+from inception import train_loop  # noqa: E402  pylint: disable=wrong-import-position
+from inception import training  # noqa: E402  pylint: disable=wrong-import-position
+
+FLAGS = flags.FLAGS
+DEFAULT_TRAIN_DIR = "/tmp/inception_train"
+
+flags.DEFINE_string("train_dir", DEFAULT_TRAIN_DIR,
+                    "Directory for checkpoints, event logs and model_settings.json; training "
+                    "resumes from the newest checkpoint here.")
+flags.DEFINE_string("data_dir", "", "Directory of TFRecord shards (train-*-of-*); empty: the "
+                    "embedded demo data set, generated on first use.")
+flags.DEFINE_enum("dataset", "", ("",) + datasets.DATASET_NAMES,
+                  "Data set; empty: demo without --data_dir, else read labels.txt there.")
+flags.DEFINE_integer("num_classes", None, "Labels in the data (background excluded); only for "
+                     "shards without labels.txt that are not imagenet or flowers.")
+flags.DEFINE_string("subset", "train", "Which shards to train on (train-*, validation-*).")
+flags.DEFINE_integer("num_gpus", None, "Number of towers: one per GPU (default: every GPU), or "
+                     "virtual CPU devices when there is no GPU (default 2).")
+flags.DEFINE_integer("virtual_gpu_memory_mb", 0, "Allow more towers than GPUs by splitting each "
+                     "GPU into virtual GPUs of this many MB.")
+flags.DEFINE_integer("batch_size", None, "Global batch size, split evenly across towers "
+                     "(default: 32).")
+flags.DEFINE_integer("max_steps", None, "Train up to this global step (default: 300 for the "
+                     "demo, 10000000 otherwise).")
+flags.DEFINE_integer("image_size", None, "Input height and width (default: 128 demo, 299).")
+flags.DEFINE_float("depth_multiplier", None, "Scales every layer's channels (default: 0.25 "
+                   "demo, 1.0).")
+flags.DEFINE_float("initial_learning_rate", None, "Initial learning rate (default: 0.01 demo, "
+                   "0.1).")
+flags.DEFINE_float("num_epochs_per_decay", None, "Epochs between learning-rate decays "
+                   "(default: 30).")
+flags.DEFINE_float("learning_rate_decay_factor", 0.16, "Learning-rate decay factor.")
+flags.DEFINE_integer("seed", None, "Seed for a reproducible input order and distortions.")
+flags.DEFINE_bool("strict_input", False, "Stop on a damaged image instead of skipping it.")
+flags.DEFINE_bool("histograms", False, "Write gradient and variable histograms (costly).")
+flags.DEFINE_integer("log_every_n_steps", 10, "Log a loss line every this many steps.")
+flags.DEFINE_integer("save_summaries_steps", 20, "Write summaries every this many steps (0: off).")
+flags.DEFINE_float("save_summaries_secs", 0, "Also write summaries every this many seconds.")
+flags.DEFINE_integer("save_checkpoint_steps", 1000, "Checkpoint every this many steps (0: off).")
+flags.DEFINE_float("save_interval_secs", 600, "Also checkpoint every this many seconds (0: off).")
+flags.DEFINE_integer("intra_op_threads", 0, "Threads inside one op (0: TensorFlow decides).")
+flags.DEFINE_integer("inter_op_threads", 0, "Ops run at once (0: TensorFlow decides).")
+
+
+def options_from_flags():
+    """TrainOptions from the parsed flags (paths taken relative to the caller's directory)."""
+    return training.TrainOptions(
+        train_dir=cli.user_path(FLAGS.train_dir), data_dir=cli.user_path(FLAGS.data_dir),
+        dataset=FLAGS.dataset, num_classes=FLAGS.num_classes, subset=FLAGS.subset,
+        num_towers=FLAGS.num_gpus, virtual_gpu_memory_mb=FLAGS.virtual_gpu_memory_mb,
+        batch_size=FLAGS.batch_size, max_steps=FLAGS.max_steps, image_size=FLAGS.image_size,
+        depth_multiplier=FLAGS.depth_multiplier,
+        initial_learning_rate=FLAGS.initial_learning_rate,
+        num_epochs_per_decay=FLAGS.num_epochs_per_decay,
+        learning_rate_decay_factor=FLAGS.learning_rate_decay_factor, seed=FLAGS.seed,
+        strict_input=FLAGS.strict_input, histograms=FLAGS.histograms,
+        log_every_n_steps=FLAGS.log_every_n_steps,
+        save_summaries_steps=FLAGS.save_summaries_steps,
+        save_summaries_secs=FLAGS.save_summaries_secs,
+        save_checkpoint_steps=FLAGS.save_checkpoint_steps,
+        save_interval_secs=FLAGS.save_interval_secs,
+        intra_op_threads=FLAGS.intra_op_threads, inter_op_threads=FLAGS.inter_op_threads)
+
+
+def print_next_steps(train_dir, result):
+    """Where the results are and what to run next."""
+    cli.log(f"Checkpoints and TensorBoard events: {train_dir} (last: {result.checkpoint})")
+    cli.log(f"  watch training:  tensorboard --logdir={train_dir}   (then open "
+            "http://localhost:6006)")
+    cli.log(f"  evaluate:        bin/bazel run //inception:eval -- --checkpoint_dir={train_dir} "
+            "--run_once")
+
+
+def main(argv):
+    if len(argv) > 1:
+        cli.fail(f"unexpected arguments {argv[1:]}; flags look like --max_steps=100.")
+    options = options_from_flags()
+    try:
+        result = training.train(options, log=cli.log)
+    except train_loop.NonFiniteLossError as error:
+        cli.fail(error)
+    except ValueError as error:
+        cli.fail(error)
+    print_next_steps(options.train_dir, result)
+    if result.stopped_by_signal is not None:
+        cli.log(f"stopped by {signal.Signals(result.stopped_by_signal).name} at step "
+                f"{result.step}; run the same command to resume.")
+        raise SystemExit(128 + result.stopped_by_signal)
+
+
+if __name__ == "__main__":
+    app.run(main)

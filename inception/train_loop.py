@@ -1,0 +1,174 @@
+"""The training loop: session, resume, logging, summaries, NaN check, checkpoints, signals.
+
+It runs a `TrainGraph` built by a callable (so tests can run the real loop on small models)
+and owns everything with side effects: files in `train_dir` and the log.
+"""
+
+import dataclasses
+import datetime
+import math
+import os
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from inception import checkpoints
+from inception.cadence import Cadence
+from inception.stop_request import StopRequest
+
+tf1 = tf.compat.v1
+CHECKPOINT_BASENAME = "model.ckpt"
+
+
+class NonFiniteLossError(RuntimeError):
+    """A tower's loss became NaN or infinite; the message names the step and the towers."""
+
+    def __init__(self, step, tower_losses, last_checkpoint):
+        self.step = step
+        self.bad_towers = [i for i, value in enumerate(tower_losses) if not math.isfinite(value)]
+        values = ", ".join(f"tower_{i} = {value:.4g}" for i, value in enumerate(tower_losses))
+        kept = (f"the last good checkpoint is {last_checkpoint}" if last_checkpoint
+                else "no checkpoint was written")
+        towers = ", ".join(f"tower_{i}" for i in self.bad_towers)
+        super().__init__(f"loss is not finite at step {step} in {towers} ({values}); training "
+                         f"stopped and {kept}. Lower --initial_learning_rate or check the data.")
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopSettings:
+    """Cadences and limits of the loop (0 turns a step or seconds cadence off)."""
+    train_dir: str
+    max_steps: int
+    batch_size: int
+    log_every_n_steps: int = 10
+    save_summaries_steps: int = 20
+    save_summaries_secs: float = 0
+    save_checkpoint_steps: int = 1000
+    save_interval_secs: float = 600
+    keep_checkpoints: int = 5
+
+
+@dataclasses.dataclass
+class TrainResult:
+    """How a run ended: its last step, last checkpoint, and the signal that stopped it if any."""
+    step: int
+    checkpoint: str = None
+    stopped_by_signal: int = None
+    last_mean_loss: float = float("nan")
+
+
+def timestamped(message):
+    """`message` prefixed with the local time, as every log line of the loop is."""
+    return f"{datetime.datetime.now():%Y-%m-%d %H:%M:%S}: {message}"
+
+
+def run_training(build_graph, session_config, settings, initialize=None, log=print):
+    """Builds the graph with `build_graph()` and trains until `settings.max_steps`.
+
+    Resumes from the newest checkpoint in `settings.train_dir` when there is one; otherwise
+    initializes the variables and then calls `initialize(session)` if given (e.g. to restore a
+    pretrained model). Saves every `save_checkpoint_steps` / `save_interval_secs`, at the end
+    and on SIGINT/SIGTERM; never after a non-finite loss (NonFiniteLossError is raised and the
+    last good checkpoint stays the newest).
+
+    Args:
+      build_graph: callable() -> train_graph.TrainGraph, called inside a fresh default graph.
+      session_config: tf.compat.v1.ConfigProto (devices for the towers).
+      settings: LoopSettings.
+      initialize: optional callable(session) for a fresh start.
+      log: callable(str) for progress lines.
+
+    Returns:
+      TrainResult.
+    """
+    os.makedirs(settings.train_dir, exist_ok=True)
+    graph = tf.Graph()
+    with graph.as_default():
+        train_graph = build_graph()
+        saver = tf1.train.Saver(max_to_keep=settings.keep_checkpoints, name="saver")
+        init_ops = (tf1.global_variables_initializer(), tf1.local_variables_initializer())
+        graph.finalize()
+    for name in train_graph.skipped_variables:
+        log(f"note: no loss reaches variable {name}; it is left out of the update.")
+    with tf1.Session(graph=graph, config=session_config) as session:
+        step, checkpoint = _restore_or_initialize(session, saver, init_ops[0], settings,
+                                                  initialize, log)
+        session.run([init_ops[1], train_graph.input_initializer])
+        if step >= settings.max_steps:
+            log(f"{settings.train_dir} is already at step {step} >= --max_steps="
+                f"{settings.max_steps}; nothing to train. Raise --max_steps or use a new "
+                "--train_dir.")
+            return TrainResult(step=step, checkpoint=checkpoint)
+        writer = tf1.summary.FileWriter(settings.train_dir, graph if checkpoint is None else None)
+        try:
+            return _loop(session, saver, writer, train_graph, settings, step, checkpoint, log)
+        finally:
+            writer.close()
+
+
+def _restore_or_initialize(session, saver, init_op, settings, initialize, log):
+    checkpoint = checkpoints.latest_checkpoint(settings.train_dir)
+    if checkpoint:
+        saver.restore(session, checkpoint)
+        step = checkpoints.step_of(checkpoint)
+        log(timestamped(f"resumed from {checkpoint} (step {step})"))
+        return step, checkpoint
+    session.run(init_op)
+    if initialize is not None:
+        initialize(session)
+    return 0, None
+
+
+def _loop(session, saver, writer, graph, settings, step, checkpoint, log):
+    now = time.time()
+    log_cadence = Cadence(settings.log_every_n_steps, start_step=step, start_time=now)
+    summary_cadence = Cadence(settings.save_summaries_steps, settings.save_summaries_secs,
+                              start_step=step - settings.save_summaries_steps, start_time=now)
+    checkpoint_cadence = Cadence(settings.save_checkpoint_steps, settings.save_interval_secs,
+                                 start_step=step, start_time=now)
+    interval_start, interval_step = now, step
+    saved_step = step
+    result = TrainResult(step=step, checkpoint=checkpoint)
+    with StopRequest(log, "saving a checkpoint after this step and stopping") as stop:
+        while step < settings.max_steps and not stop.requested:
+            want_summary = summary_cadence.due(step + 1, time.time())
+            fetches = {"train": graph.train_op, "losses": graph.tower_losses}
+            if want_summary:
+                fetches["summary"] = graph.summary_op
+            out = session.run(fetches)
+            step += 1
+            losses = [float(value) for value in out["losses"]]
+            if not all(math.isfinite(value) for value in losses):
+                writer.flush()
+                raise NonFiniteLossError(step, losses, result.checkpoint)
+            result.last_mean_loss = float(np.mean(losses))
+            now = time.time()
+            if want_summary:
+                summary_cadence.mark(step, now)
+                writer.add_summary(out["summary"], step)
+            if log_cadence.check_and_mark(step, now) or step == settings.max_steps:
+                steps_done = step - interval_step
+                elapsed = max(now - interval_start, 1e-9)
+                examples_per_sec = settings.batch_size * steps_done / elapsed
+                log(timestamped(f"step {step}, loss = {result.last_mean_loss:.4f} "
+                                f"({examples_per_sec:.1f} examples/sec; "
+                                f"{elapsed / steps_done:.3f} sec/batch)"))
+                writer.add_summary(tf1.Summary(value=[tf1.Summary.Value(
+                    tag="examples_per_sec", simple_value=examples_per_sec)]), step)
+                interval_start, interval_step = now, step
+            if checkpoint_cadence.check_and_mark(step, now):
+                result.checkpoint = _save(session, saver, settings.train_dir, step)
+                saved_step = step
+        result.step = step
+        if step != saved_step:
+            result.checkpoint = _save(session, saver, settings.train_dir, step)
+        result.stopped_by_signal = stop.signal_number
+    return result
+
+
+def _save(session, saver, train_dir, step):
+    # Saver writes data and index under temporary names and renames them, then rewrites the
+    # `checkpoint` state file atomically: an interrupted save never leaves a torn checkpoint.
+    return saver.save(session, os.path.join(train_dir, CHECKPOINT_BASENAME), global_step=step,
+                      write_meta_graph=False)

@@ -1,0 +1,128 @@
+"""One training run from explicit options: data set, model settings, towers, graph, loop.
+
+`train(TrainOptions(...))` is what `//inception:train` calls after parsing flags, and what tests
+call directly. Options left as None take the data set's defaults (datasets.TrainingDefaults);
+in a directory with checkpoints, the stored model settings win over defaults, and an explicit
+option that contradicts them is an error.
+"""
+
+import dataclasses
+import functools
+import os
+
+import tensorflow as tf
+
+from inception import checkpoints
+from inception import datasets
+from inception import devices
+from inception import input_pipeline
+from inception import model
+from inception import train_graph
+from inception import train_loop
+from inception.train_loop import timestamped
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainOptions:
+    """Everything a training run takes. None means "the data set's default"."""
+    train_dir: str
+    data_dir: str = ""
+    dataset: str = ""
+    num_classes: int = None
+    subset: str = "train"
+    num_towers: int = None
+    virtual_gpu_memory_mb: int = 0
+    batch_size: int = None
+    max_steps: int = None
+    image_size: int = None
+    depth_multiplier: float = None
+    initial_learning_rate: float = None
+    num_epochs_per_decay: float = None
+    learning_rate_decay_factor: float = 0.16
+    seed: int = None
+    strict_input: bool = False
+    histograms: bool = False
+    log_every_n_steps: int = 10
+    save_summaries_steps: int = 20
+    save_summaries_secs: float = 0
+    save_checkpoint_steps: int = 1000
+    save_interval_secs: float = 600
+    intra_op_threads: int = 0
+    inter_op_threads: int = 0
+
+
+def _pick(value, default):
+    return default if value is None else value
+
+
+def resolve_model_settings(options, dataset, stored):
+    """The run's ModelSettings: flags, else stored settings, else the data set's defaults."""
+    defaults = dataset.defaults
+    requested = model.ModelSettings(
+        num_classes=dataset.num_classes,
+        image_size=_pick(options.image_size, defaults.image_size),
+        depth_multiplier=float(_pick(options.depth_multiplier, defaults.depth_multiplier)),
+        dataset=dataset.name)
+    explicit = {"num_classes", "dataset"}
+    explicit |= {name for name in ("image_size", "depth_multiplier")
+                 if getattr(options, name) is not None}
+    settings = checkpoints.merge_settings(stored.settings if stored else None, requested,
+                                          explicit)
+    settings.validate()
+    return settings
+
+
+def train(options, log=print):
+    """Runs training as `options` say; returns train_loop.TrainResult.
+
+    Raises ValueError subclasses (DataError, PlacementError, CheckpointError) with a message
+    that says what to do, and train_loop.NonFiniteLossError when a tower's loss diverges.
+    """
+    stored = checkpoints.read_stored_run(options.train_dir)
+    data_dir = options.data_dir or (stored.data_dir if stored else "")
+    dataset_name = options.dataset or (stored.settings.dataset if stored and not options.data_dir
+                                       else "")
+    dataset = datasets.resolve_dataset(dataset_name, data_dir, options.num_classes, log=log)
+    settings = resolve_model_settings(options, dataset, stored)
+    defaults = dataset.defaults
+    batch_size = _pick(options.batch_size, defaults.batch_size)
+    max_steps = _pick(options.max_steps, defaults.max_steps)
+    placement = devices.plan_towers(options.num_towers, devices.count_gpus(),
+                                    options.virtual_gpu_memory_mb)
+    if batch_size % placement.num_towers:
+        raise ValueError(f"--batch_size={batch_size} does not split evenly over "
+                         f"{placement.num_towers} towers; use a multiple of {placement.num_towers}.")
+    shards = dataset.shards(options.subset)
+    optimization = train_graph.OptimizationSettings(
+        batch_size=batch_size, examples_per_epoch=dataset.num_examples(options.subset),
+        initial_learning_rate=_pick(options.initial_learning_rate,
+                                    defaults.initial_learning_rate),
+        num_epochs_per_decay=_pick(options.num_epochs_per_decay, defaults.num_epochs_per_decay),
+        learning_rate_decay_factor=options.learning_rate_decay_factor)
+
+    os.makedirs(options.train_dir, exist_ok=True)
+    checkpoints.write_stored_run(options.train_dir, checkpoints.StoredRun(settings, dataset.data_dir))
+    log(timestamped(
+        f"training {settings.dataset} ({settings.num_classes - 1} classes, {dataset.data_dir}); "
+        f"Inception v3 x{settings.depth_multiplier:g} at {settings.image_size}px; "
+        f"{placement.describe()}; global batch {batch_size} "
+        f"({batch_size // placement.num_towers} per tower); up to step {max_steps}"))
+
+    def build_graph():
+        with tf.device("/cpu:0"):
+            input_batch = input_pipeline.build_train_input(
+                shards, batch_size, settings.image_size, settings.num_classes,
+                seed=options.seed, strict=options.strict_input)
+        return train_graph.build_train_graph(
+            input_batch, functools.partial(model.make_model_fn, settings), optimization,
+            placement.tower_devices, options.histograms)
+
+    loop_settings = train_loop.LoopSettings(
+        train_dir=options.train_dir, max_steps=max_steps, batch_size=batch_size,
+        log_every_n_steps=options.log_every_n_steps,
+        save_summaries_steps=options.save_summaries_steps,
+        save_summaries_secs=options.save_summaries_secs,
+        save_checkpoint_steps=options.save_checkpoint_steps,
+        save_interval_secs=options.save_interval_secs)
+    config = devices.session_config(placement, options.intra_op_threads, options.inter_op_threads)
+    return train_loop.run_training(build_graph, config, loop_settings, log=log)

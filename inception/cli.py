@@ -35,3 +35,13 @@ def fail(message, code=1):
 def log(message):
     """Progress output of the entry points: stdout, flushed at once."""
     print(message, flush=True)
+
+
+def parse_flags(argv):
+    """absl flags parser for `app.run(main, flags_parser=cli.parse_flags)`: a bad flag or value
+    becomes one line `error: ...` and exit status 2."""
+    from absl import flags  # pylint: disable=import-outside-toplevel
+    try:
+        return flags.FLAGS(argv)
+    except flags.Error as error:
+        fail(f"{error} (see --help)", code=2)

@@ -8,15 +8,29 @@ Every random choice draws from a per-image seed (shape [2], int64), so a fixed -
 same images in the same order however many threads decode them.
 """
 
+import dataclasses
+
 import tensorflow as tf
 
-MIN_OBJECT_COVERED = 0.1
-ASPECT_RATIO_RANGE = (0.75, 1.33)
-AREA_RANGE = (0.05, 1.0)
-MAX_ATTEMPTS = 100
 EVAL_CENTRAL_FRACTION = 0.875
 RESIZE_METHODS = ("bilinear", "nearest", "bicubic", "area")
 _JPEG_END_SEARCH_BYTES = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class CropSettings:
+    """How `sample_distorted_bounding_box` picks the training crop (defaults: the original's).
+
+    The crop covers at least `min_object_covered` of the object's box, has an aspect ratio in
+    `aspect_ratio_range` and an area in `area_range` (fractions of the image).
+    """
+    min_object_covered: float = 0.1
+    aspect_ratio_range: tuple = (0.75, 1.33)
+    area_range: tuple = (0.05, 1.0)
+    max_attempts: int = 100
+
+
+ORIGINAL_CROP = CropSettings()
 
 
 def is_complete_jpeg(encoded):
@@ -39,7 +53,7 @@ def scale_to_unit_range(image):
     return (image - 0.5) * 2.0
 
 
-def train_image(encoded, boxes, image_size, seed):
+def train_image(encoded, boxes, image_size, seed, crop=ORIGINAL_CROP):
     """Decodes and distorts one training image.
 
     Args:
@@ -48,6 +62,7 @@ def train_image(encoded, boxes, image_size, seed):
         the whole image counts as the object.
       image_size: output height and width.
       seed: int64 [2], this image's seed.
+      crop: CropSettings.
 
     Returns:
       float32 [image_size, image_size, 3] in [-1, 1].
@@ -57,9 +72,9 @@ def train_image(encoded, boxes, image_size, seed):
     whole_image = tf.constant([[0.0, 0.0, 1.0, 1.0]])
     boxes = tf.cond(tf.shape(boxes)[0] > 0, lambda: boxes, lambda: whole_image)
     begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
-        shape, boxes[tf.newaxis], seed=seeds[0], min_object_covered=MIN_OBJECT_COVERED,
-        aspect_ratio_range=ASPECT_RATIO_RANGE, area_range=AREA_RANGE,
-        max_attempts=MAX_ATTEMPTS, use_image_if_no_bounding_boxes=True)
+        shape, boxes[tf.newaxis], seed=seeds[0], min_object_covered=crop.min_object_covered,
+        aspect_ratio_range=crop.aspect_ratio_range, area_range=crop.area_range,
+        max_attempts=crop.max_attempts, use_image_if_no_bounding_boxes=True)
     crop_window = tf.stack([begin[0], begin[1], size[0], size[1]])
     image = tf.image.decode_and_crop_jpeg(encoded, crop_window, channels=3)
     image = tf.image.convert_image_dtype(image, tf.float32)

@@ -96,7 +96,7 @@ def _records(shards, shuffle_files, seed, deterministic):
 
 
 def build_train_input(shards, batch_size, image_size, num_classes, seed=None, strict=False,
-                      shuffle_buffer=DEFAULT_SHUFFLE_BUFFER):
+                      shuffle_buffer=DEFAULT_SHUFFLE_BUFFER, crop=image_processing.ORIGINAL_CROP):
     """Training batches: distorted images, forever, in global batches of `batch_size`.
 
     Args:
@@ -104,6 +104,7 @@ def build_train_input(shards, batch_size, image_size, num_classes, seed=None, st
       seed: int for a reproducible order and distortions; None for a fresh random one (and
         non-deterministic, slightly faster parallel reads).
       strict: fail on a damaged image instead of skipping it.
+      crop: image_processing.CropSettings of the random training crop.
 
     Returns:
       InputBatch with static shapes [batch_size, image_size, image_size, 3] and [batch_size].
@@ -120,7 +121,7 @@ def build_train_input(shards, batch_size, image_size, num_classes, seed=None, st
         image_seed = tf.stack([tf.constant(seed, tf.int64), index])
         image, ok = _decode_or_skip(
             encoded, filename,
-            lambda: image_processing.train_image(encoded, boxes, image_size, image_seed),
+            lambda: image_processing.train_image(encoded, boxes, image_size, image_seed, crop),
             image_size, counter, strict)
         return image, _checked_label(label, num_classes, filename), ok
 

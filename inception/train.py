@@ -36,13 +36,13 @@ flags.DEFINE_integer("virtual_gpu_memory_mb", 0, "Allow more towers than GPUs by
                      "GPU into virtual GPUs of this many MB.")
 flags.DEFINE_integer("batch_size", None, "Global batch size, split evenly across towers "
                      "(default: 32).")
-flags.DEFINE_integer("max_steps", None, "Train up to this global step (default: 300 for the "
+flags.DEFINE_integer("max_steps", None, "Train up to this global step (default: 700 for the "
                      "demo, 10000000 otherwise).")
 flags.DEFINE_integer("image_size", None, "Input height and width (default: 128 demo, 299).")
 flags.DEFINE_float("depth_multiplier", None, "Scales every layer's channels (default: 0.25 "
                    "demo, 1.0).")
-flags.DEFINE_float("initial_learning_rate", None, "Initial learning rate (default: 0.01 demo, "
-                   "0.1).")
+flags.DEFINE_float("initial_learning_rate", None,
+                   "Initial learning rate (default: 0.02 demo, 0.1).")
 flags.DEFINE_float("num_epochs_per_decay", None, "Epochs between learning-rate decays "
                    "(default: 30).")
 flags.DEFINE_float("learning_rate_decay_factor", 0.16, "Learning-rate decay factor.")
@@ -105,4 +105,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=cli.parse_flags)

@@ -129,24 +129,36 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices,
                       skipped_variables=gradients.skipped, moving_average=moving_average)
 
 
+def scalar_summary(tag, value):
+    """A scalar summary with exactly `tag` (tf.summary.scalar would uniquify it to e.g.
+    `mean_loss_1` because an op of that name exists)."""
+    return tf.raw_ops.ScalarSummary(tags=tag, values=tf.cast(value, tf.float32))
+
+
 def _summaries(towers, tower_totals, mean_loss, regularization, learning_rate, bn_decay,
                input_batch, grads_and_vars, histograms):
     """TensorBoard summaries of one step, merged into one op (run only when due)."""
-    summaries = [tf1.summary.scalar("mean_loss", mean_loss),
-                 tf1.summary.scalar("regularization_loss", regularization),
-                 tf1.summary.scalar("learning_rate", learning_rate),
-                 tf1.summary.scalar("batch_norm_decay", bn_decay),
-                 tf1.summary.scalar("input/corrupt_records", input_batch.corrupt_records)]
-    for tower, total in zip(towers, tower_totals):
-        summaries.append(tf1.summary.scalar(f"tower_{tower.index}/total_loss", total))
-        for name, term in sorted(tower.loss_terms.items()):
-            summaries.append(tf1.summary.scalar(f"tower_{tower.index}/{name}", term))
-    grads = [grad for grad, _ in grads_and_vars]
-    summaries.append(tf1.summary.scalar("gradient_norm", tf.linalg.global_norm(grads)))
-    shown = (input_batch.images[:3] + 1.0) / 2.0
-    summaries.append(tf1.summary.image("input_images", shown, max_outputs=3))
-    if histograms:
-        for grad, variable in grads_and_vars:
-            summaries.append(tf1.summary.histogram(f"gradients/{variable.op.name}", grad))
-            summaries.append(tf1.summary.histogram(f"variables/{variable.op.name}", variable))
-    return tf1.summary.merge(summaries)
+    with tf.device(VARIABLE_DEVICE), tf.name_scope("summaries"):
+        summaries = [scalar_summary("mean_loss", mean_loss),
+                     scalar_summary("regularization_loss", regularization),
+                     scalar_summary("learning_rate", learning_rate),
+                     scalar_summary("batch_norm_decay", bn_decay),
+                     scalar_summary("input/corrupt_records", input_batch.corrupt_records)]
+        for tower, total in zip(towers, tower_totals):
+            summaries.append(scalar_summary(f"tower_{tower.index}/total_loss", total))
+            for name, term in sorted(tower.loss_terms.items()):
+                summaries.append(scalar_summary(f"tower_{tower.index}/{name}", term))
+        grads = [grad for grad, _ in grads_and_vars]
+        summaries.append(scalar_summary("gradient_norm", tf.linalg.global_norm(grads)))
+        shown = tf.image.convert_image_dtype((input_batch.images[:3] + 1.0) / 2.0, tf.uint8,
+                                             saturate=True)
+        summaries.append(tf.raw_ops.ImageSummary(tag="input_images", tensor=shown,
+                                                 max_images=3))
+        if histograms:
+            for grad, variable in grads_and_vars:
+                name = variable.op.name
+                summaries.append(tf.raw_ops.HistogramSummary(tag=f"gradients/{name}",
+                                                             values=grad))
+                summaries.append(tf.raw_ops.HistogramSummary(tag=f"variables/{name}",
+                                                             values=variable))
+        return tf1.summary.merge(summaries)

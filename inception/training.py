@@ -112,7 +112,7 @@ def train(options, log=print):
         with tf.device("/cpu:0"):
             input_batch = input_pipeline.build_train_input(
                 shards, batch_size, settings.image_size, settings.num_classes,
-                seed=options.seed, strict=options.strict_input)
+                seed=options.seed, strict=options.strict_input, crop=defaults.crop)
         return train_graph.build_train_graph(
             input_batch, functools.partial(model.make_model_fn, settings), optimization,
             placement.tower_devices, options.histograms)

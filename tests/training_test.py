@@ -1,0 +1,193 @@
+"""A short real run of the trainer on generated demo shards: events, resume, bad input."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import unittest
+
+import tensorflow as tf
+
+from data import demo_data
+from inception import checkpoints
+from inception import datasets
+from inception import devices
+from inception import training
+from tests import testing_utils
+
+TINY = dict(image_size=107, depth_multiplier=0.1, batch_size=4, num_towers=2,
+            log_every_n_steps=1, save_summaries_steps=1, save_checkpoint_steps=100)
+DATA_DIR = None
+
+
+def setUpModule():
+    global DATA_DIR  # pylint: disable=global-statement
+    DATA_DIR = testing_utils.tiny_demo_data(train=24, validation=10)
+
+
+def tiny_options(train_dir, **overrides):
+    values = dict(TINY, train_dir=train_dir, data_dir=DATA_DIR, dataset="demo", max_steps=3)
+    values.update(overrides)
+    return training.TrainOptions(**values)
+
+
+class ShortRunTest(unittest.TestCase):
+
+    def test_short_run_writes_mean_loss_and_tower_scalars_then_resumes(self):
+        train_dir = testing_utils.temp_dir("short_run")
+        lines = []
+        result = training.train(tiny_options(train_dir), log=lines.append)
+        self.assertEqual(result.step, 3)
+        self.assertTrue(any("2 tower(s) on virtual CPU devices" in line for line in lines))
+        step_lines = [line for line in lines if re.search(r": step \d+, loss = ", line)]
+        self.assertEqual(len(step_lines), 3)
+        self.assertRegex(step_lines[0], r"step 1, loss = \d+\.\d+ \(\d+\.\d examples/sec; "
+                                        r"\d+\.\d+ sec/batch\)")
+
+        scalars = testing_utils.read_scalars(train_dir)
+        for tag in ("mean_loss", "tower_0/total_loss", "tower_1/total_loss",
+                    "tower_0/cross_entropy", "tower_0/aux_loss", "learning_rate",
+                    "examples_per_sec", "batch_norm_decay", "input/corrupt_records"):
+            self.assertIn(tag, scalars)
+        self.assertEqual([step for step, _ in scalars["mean_loss"]], [1, 2, 3])
+        for step in (1, 2, 3):
+            towers = [dict(scalars[f"tower_{i}/total_loss"])[step] for i in range(2)]
+            self.assertAlmostEqual(dict(scalars["mean_loss"])[step], sum(towers) / 2, places=4)
+
+        with open(os.path.join(train_dir, checkpoints.SETTINGS_FILE), encoding="utf-8") as handle:
+            stored = json.load(handle)
+        self.assertEqual(stored, {"dataset": "demo", "data_dir": DATA_DIR, "image_size": 107,
+                                  "depth_multiplier": 0.1, "num_classes": 6})
+
+        lines = []
+        resumed = training.train(training.TrainOptions(
+            train_dir=train_dir, max_steps=5, batch_size=4, num_towers=2,
+            save_checkpoint_steps=100), log=lines.append)
+        self.assertEqual(resumed.step, 5)
+        self.assertTrue(any("resumed from" in line and "(step 3)" in line for line in lines))
+        reader = tf.train.load_checkpoint(checkpoints.latest_checkpoint(train_dir))
+        self.assertEqual(int(reader.get_tensor("global_step")), 5)
+
+
+class BadInputTest(unittest.TestCase):
+
+    def assert_fails_without_writing(self, options, error_type, pattern):
+        with self.assertRaisesRegex(error_type, pattern):
+            training.train(options, log=lambda line: None)
+        self.assertFalse(os.path.exists(os.path.join(options.train_dir,
+                                                     checkpoints.SETTINGS_FILE)))
+
+    def test_batch_size_not_divisible_by_towers(self):
+        self.assert_fails_without_writing(
+            tiny_options(testing_utils.temp_dir("bad"), batch_size=5), ValueError,
+            "--batch_size=5 does not split evenly over 2 towers")
+
+    def test_missing_data_dir(self):
+        self.assert_fails_without_writing(
+            tiny_options(testing_utils.temp_dir("bad"), data_dir="/nonexistent/shards",
+                         dataset=""), datasets.DataError, "does not exist")
+
+    def test_data_dir_without_shards(self):
+        empty = testing_utils.temp_dir("empty_data")
+        with open(os.path.join(empty, "labels.txt"), "w", encoding="utf-8") as handle:
+            handle.write("a\nb\n")
+        self.assert_fails_without_writing(
+            tiny_options(testing_utils.temp_dir("bad"), data_dir=empty, dataset=""),
+            datasets.DataError, "no 'train-\\*-of-\\*' shards")
+
+    def test_shards_with_no_records(self):
+        empty = testing_utils.temp_dir("empty_shards")
+        open(os.path.join(empty, "train-00000-of-00001"), "wb").close()
+        self.assert_fails_without_writing(
+            tiny_options(testing_utils.temp_dir("bad"), data_dir=empty, dataset="",
+                         num_classes=3),
+            datasets.DataError, "hold no records")
+
+    def test_no_labels_file_needs_num_classes(self):
+        bare = testing_utils.temp_dir("bare")
+        self.assert_fails_without_writing(
+            tiny_options(testing_utils.temp_dir("bad"), data_dir=bare, dataset=""),
+            datasets.DataError, "--num_classes")
+
+    def test_settings_that_contradict_the_checkpoints(self):
+        train_dir = testing_utils.temp_dir("conflict")
+        training.train(tiny_options(train_dir, max_steps=1), log=lambda line: None)
+        with open(os.path.join(train_dir, checkpoints.SETTINGS_FILE), encoding="utf-8") as f:
+            before = f.read()
+        with self.assertRaisesRegex(checkpoints.CheckpointError,
+                                    "trained with image_size=107, not 128"):
+            training.train(tiny_options(train_dir, image_size=128), log=lambda line: None)
+        with open(os.path.join(train_dir, checkpoints.SETTINGS_FILE), encoding="utf-8") as f:
+            self.assertEqual(f.read(), before)
+
+    def test_more_towers_than_gpus(self):
+        with self.assertRaisesRegex(devices.PlacementError, "--virtual_gpu_memory_mb"):
+            devices.plan_towers(4, physical_gpus=2)
+        placement = devices.plan_towers(4, physical_gpus=2, virtual_gpu_memory_mb=1000)
+        self.assertEqual(placement.tower_devices, ["/gpu:0", "/gpu:1", "/gpu:2", "/gpu:3"])
+        config = devices.session_config(placement)
+        self.assertEqual(len(config.gpu_options.experimental.virtual_devices), 2)
+        self.assertEqual(devices.plan_towers(None, physical_gpus=0).tower_devices,
+                         ["/cpu:0", "/cpu:1"])
+        self.assertEqual(devices.plan_towers(None, physical_gpus=3).num_towers, 3)
+
+
+class CommandLineTest(unittest.TestCase):
+    """The binary turns bad input into one line on stderr and a non-zero exit."""
+
+    def run_train(self, *args):
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        return subprocess.run([sys.executable, "-m", "inception.train", *args],
+                              capture_output=True, text=True, timeout=300, env=env, check=False)
+
+    def assert_one_line_error(self, result, pattern):
+        self.assertNotEqual(result.returncode, 0)
+        errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+        self.assertEqual(len(errors), 1, result.stderr[-3000:])
+        self.assertRegex(errors[0], pattern)
+        self.assertNotIn("Traceback", result.stderr)
+
+    def test_unknown_flag_value(self):
+        self.assert_one_line_error(self.run_train("--dataset=bogus"), "dataset")
+
+    def test_unknown_flag(self):
+        self.assert_one_line_error(self.run_train("--no_such_flag=1"), "no_such_flag")
+
+    def test_batch_not_divisible(self):
+        train_dir = testing_utils.temp_dir("cli_bad")
+        self.assert_one_line_error(
+            self.run_train(f"--train_dir={train_dir}", f"--data_dir={DATA_DIR}",
+                           "--batch_size=7", "--num_gpus=2"), "multiple of 2")
+        self.assertEqual(os.listdir(train_dir), [])
+
+
+class DemoDataTest(unittest.TestCase):
+
+    def test_generation_is_deterministic_and_labelled(self):
+        first = demo_data.make_record("train", 7)
+        second = demo_data.make_record("train", 7)
+        self.assertEqual(first.encoded_jpeg, second.encoded_jpeg)
+        self.assertEqual(first.label, 7 % len(demo_data.CLASS_NAMES) + 1)
+        self.assertEqual(first.text, demo_data.CLASS_NAMES[first.label - 1])
+        self.assertNotEqual(first.encoded_jpeg, demo_data.make_record("train", 12).encoded_jpeg)
+        box = first.boxes[0]
+        self.assertTrue(0.0 <= box.xmin < box.xmax <= 1.0 and 0.0 <= box.ymin < box.ymax <= 1.0)
+
+    def test_classes_differ_in_shape_not_in_mean_colour(self):
+        """A one-pixel or mean-colour rule cannot separate the classes."""
+        import io  # pylint: disable=import-outside-toplevel
+        import numpy as np  # pylint: disable=import-outside-toplevel
+        from PIL import Image  # pylint: disable=import-outside-toplevel
+        means = {}
+        for index in range(100):
+            record = demo_data.make_record("train", index)
+            pixels = np.asarray(Image.open(io.BytesIO(record.encoded_jpeg)), dtype=np.float32)
+            means.setdefault(record.label, []).append(pixels.mean())
+        spreads = [np.std(values) for values in means.values()]
+        centres = [np.mean(values) for values in means.values()]
+        self.assertLess(np.std(centres), np.mean(spreads))
+
+
+if __name__ == "__main__":
+    unittest.main()

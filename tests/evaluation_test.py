@@ -1,0 +1,226 @@
+"""Evaluation: metrics against a hand computation, the checkpoint watch, bad input."""
+
+import os
+import unittest
+
+import numpy as np
+import tensorflow as tf
+
+from inception import checkpoints
+from inception import datasets
+from inception import evaluation
+from inception import evaluator
+from inception import input_pipeline
+from inception import model
+from inception import training
+from tests import testing_utils
+
+tf1 = tf.compat.v1
+NUM_CLASSES = 6  # 5 demo labels + background
+IMAGE_SIZE = 16
+DATA_DIR = None
+
+
+def setUpModule():
+    global DATA_DIR  # pylint: disable=global-statement
+    DATA_DIR = testing_utils.tiny_demo_data(train=10, validation=7)
+
+
+def mean_feature_logits(images, settings):
+    """A tiny model with known logits: logits[c] = mean(image) * w[c] + b[c]."""
+    w = tf1.get_variable("tiny/w", [settings.num_classes])
+    b = tf1.get_variable("tiny/b", [settings.num_classes])
+    feature = tf.reduce_mean(images, axis=[1, 2, 3])
+    return feature[:, tf.newaxis] * w + b
+
+
+def write_tiny_checkpoint(directory, raw, averaged, step):
+    """A checkpoint with raw values and different moving averages of tiny/w and tiny/b."""
+    with tf.Graph().as_default():
+        variables = {name: tf1.get_variable(f"tiny/{name}", initializer=raw[name])
+                     for name in ("w", "b")}
+        shadows = {f"tiny/{name}/ExponentialMovingAverage": tf1.get_variable(
+            f"shadow_{name}", initializer=averaged[name]) for name in ("w", "b")}
+        global_step = tf1.train.get_or_create_global_step()
+        saver = tf1.train.Saver({**{v.op.name: v for v in variables.values()}, **shadows,
+                                 "global_step": global_step})
+        with tf1.Session() as session:
+            session.run(tf1.global_variables_initializer())
+            session.run(global_step.assign(step))
+            return saver.save(session, os.path.join(directory, "model.ckpt"), global_step=step,
+                              write_meta_graph=False)
+
+
+def eval_features_and_labels(shards):
+    """Image means and labels of the evaluation pipeline (one pass)."""
+    with tf.Graph().as_default():
+        batch = input_pipeline.build_eval_input(shards, 100, IMAGE_SIZE, NUM_CLASSES)
+        with tf1.Session() as session:
+            session.run([tf1.local_variables_initializer(), batch.initializer])
+            images, labels = session.run([batch.images, batch.labels])
+    return images.mean(axis=(1, 2, 3)), labels
+
+
+def hand_scores(logits, labels):
+    """precision@1, recall@5 and mean cross-entropy computed with NumPy."""
+    top1 = np.mean(np.argmax(logits, axis=1) == labels)
+    ranks = np.array([np.sum(row > row[label]) for row, label in zip(logits, labels)])
+    top5 = np.mean(ranks < 5)
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    log_softmax = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    loss = -np.mean(log_softmax[np.arange(len(labels)), labels])
+    return top1, top5, loss
+
+
+class MetricsTest(unittest.TestCase):
+
+    def test_scores_match_a_hand_computation_with_a_partial_last_batch(self):
+        directory = testing_utils.temp_dir("metrics")
+        rng = np.random.RandomState(3)
+        raw = {"w": rng.normal(size=NUM_CLASSES).astype(np.float32),
+               "b": rng.normal(size=NUM_CLASSES).astype(np.float32)}
+        averaged = {"w": rng.normal(scale=4.0, size=NUM_CLASSES).astype(np.float32),
+                    "b": rng.normal(size=NUM_CLASSES).astype(np.float32)}
+        path = write_tiny_checkpoint(directory, raw, averaged, step=42)
+        shards = datasets.resolve_dataset("demo", DATA_DIR).shards("validation")
+        settings = model.ModelSettings(NUM_CLASSES, IMAGE_SIZE, 1.0, "demo")
+        graph = evaluator.build_eval_graph(shards, settings, batch_size=3,
+                                           logits_fn=mean_feature_logits)
+        result = evaluator.evaluate_checkpoint(graph, path, show_progress=False)
+
+        features, labels = eval_features_and_labels(shards)
+        self.assertEqual(len(labels), 7)
+        logits = features[:, None] * averaged["w"] + averaged["b"]
+        top1, top5, loss = hand_scores(logits, labels)
+        self.assertEqual(result.step, 42)
+        self.assertEqual(result.num_examples, 7)  # batches of 3, 3 and 1
+        self.assertAlmostEqual(result.precision_at_1, top1, places=6)
+        self.assertAlmostEqual(result.recall_at_5, top5, places=6)
+        self.assertAlmostEqual(result.loss, loss, places=4)
+        raw_logits = features[:, None] * raw["w"] + raw["b"]
+        self.assertNotAlmostEqual(hand_scores(raw_logits, labels)[2], result.loss, places=3)
+
+    def test_num_examples_limits_the_count(self):
+        directory = testing_utils.temp_dir("limit")
+        values = {"w": np.ones(NUM_CLASSES, np.float32), "b": np.zeros(NUM_CLASSES, np.float32)}
+        path = write_tiny_checkpoint(directory, values, values, step=1)
+        shards = datasets.resolve_dataset("demo", DATA_DIR).shards("validation")
+        settings = model.ModelSettings(NUM_CLASSES, IMAGE_SIZE, 1.0, "demo")
+        graph = evaluator.build_eval_graph(shards, settings, batch_size=4, max_examples=5,
+                                           logits_fn=mean_feature_logits)
+        result = evaluator.evaluate_checkpoint(graph, path, show_progress=False)
+        self.assertEqual(result.num_examples, 5)
+
+    def test_result_line_format(self):
+        result = evaluator.EvalResult(step=3, precision_at_1=0.5, recall_at_5=0.75, loss=1.0,
+                                      num_examples=8)
+        self.assertEqual(result.line(), "precision @ 1 = 0.5000 recall @ 5 = 0.7500 [8 examples]")
+
+
+class WatchTest(unittest.TestCase):
+
+    def test_each_new_checkpoint_is_evaluated_once_in_order(self):
+        directory = testing_utils.temp_dir("watch")
+        appear = iter([[10], [], [20, 30], [], [40]])  # what "training" saves per wait
+        written = []
+
+        def save(steps):
+            for step in steps:
+                prefix = os.path.join(directory, f"model.ckpt-{step}")
+                open(prefix + ".index", "w").close()
+                written.append(prefix)
+            if written:
+                tf1.train.update_checkpoint_state(directory, written[-1], written[-5:])
+
+        evaluated = []
+
+        class Stop:
+            requested = False
+
+        stop = Stop()
+
+        def fake_sleep(seconds):
+            del seconds
+            try:
+                save(next(appear))
+            except StopIteration:
+                stop.requested = True
+
+        count = evaluator.watch_checkpoints(directory, evaluated.append, interval_secs=0.01,
+                                            stop=stop, log=lambda line: None, sleep=fake_sleep)
+        self.assertEqual([checkpoints.step_of(p) for p in evaluated], [10, 20, 30, 40])
+        self.assertEqual(count, 4)
+
+    def test_timeout_ends_the_watch(self):
+        directory = testing_utils.temp_dir("watch_timeout")
+        lines = []
+        count = evaluator.watch_checkpoints(directory, lambda path: None, interval_secs=0.01,
+                                            timeout_secs=0.05, log=lines.append)
+        self.assertEqual(count, 0)
+        self.assertTrue(any("no new checkpoint" in line for line in lines))
+
+    def test_checkpoint_deleted_before_evaluation_is_skipped(self):
+        directory = testing_utils.temp_dir("watch_deleted")
+        prefixes = [os.path.join(directory, f"model.ckpt-{step}") for step in (1, 2)]
+        open(prefixes[1] + ".index", "w").close()
+        tf1.train.update_checkpoint_state(directory, prefixes[1], prefixes)
+        evaluated = []
+        evaluator.watch_checkpoints(directory, evaluated.append, interval_secs=0.01,
+                                    timeout_secs=0.05, log=lambda line: None)
+        self.assertEqual(evaluated, [prefixes[1]])
+
+
+class EvaluationJobTest(unittest.TestCase):
+    """The job on a real (tiny) training run: settings come from the checkpoint directory."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.train_dir = testing_utils.temp_dir("eval_job")
+        training.train(training.TrainOptions(
+            train_dir=cls.train_dir, data_dir=DATA_DIR, dataset="demo", max_steps=2,
+            image_size=107, depth_multiplier=0.1, batch_size=4, num_towers=2),
+            log=lambda line: None)
+
+    def test_run_once_uses_stored_settings_and_writes_summaries(self):
+        lines = []
+        results = evaluation.run_evaluation(
+            evaluation.EvalOptions(checkpoint_dir=self.train_dir, run_once=True, batch_size=3),
+            log=lines.append)
+        self.assertEqual(len(results), 1)
+        self.assertEqual(results[0].step, 2)
+        self.assertEqual(results[0].num_examples, 7)
+        self.assertTrue(any("precision @ 1 = " in line and "[7 examples]" in line
+                            for line in lines))
+        scalars = testing_utils.read_scalars(os.path.join(self.train_dir, "eval_validation"))
+        self.assertEqual([step for step, _ in scalars["eval/precision_at_1"]], [2])
+        self.assertAlmostEqual(scalars["eval/precision_at_1"][0][1], results[0].precision_at_1,
+                               places=5)
+
+    def test_settings_that_do_not_match_the_checkpoint(self):
+        with self.assertRaisesRegex(checkpoints.CheckpointError, "has shape .* in this model"):
+            evaluation.run_evaluation(evaluation.EvalOptions(
+                checkpoint_dir=self.train_dir, run_once=True, depth_multiplier=0.2),
+                log=lambda line: None)
+
+    def test_subset_without_shards(self):
+        with self.assertRaisesRegex(datasets.DataError, "no 'test-\\*-of-\\*' shards"):
+            evaluation.run_evaluation(evaluation.EvalOptions(
+                checkpoint_dir=self.train_dir, run_once=True, subset="test"),
+                log=lambda line: None)
+
+    def test_no_checkpoint_yet_with_run_once(self):
+        empty = testing_utils.temp_dir("no_ckpt")
+        checkpoints.write_stored_run(empty, checkpoints.StoredRun(
+            model.ModelSettings(NUM_CLASSES, 107, 0.1, "demo"), DATA_DIR))
+        with self.assertRaisesRegex(checkpoints.CheckpointError, "no checkpoint in .* yet"):
+            evaluation.run_evaluation(evaluation.EvalOptions(checkpoint_dir=empty, run_once=True),
+                                      log=lambda line: None)
+
+    def test_not_a_training_directory(self):
+        with self.assertRaisesRegex(checkpoints.CheckpointError, "does not exist"):
+            evaluation.run_evaluation(evaluation.EvalOptions(
+                checkpoint_dir="/nonexistent/run", run_once=True), log=lambda line: None)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -113,7 +113,8 @@ def _draw_clutter(draw, width, height, rng):
         x0, x1 = rng.randint(0, width, size=2)
         y0, y1 = rng.randint(0, height, size=2)
         colour = tuple(int(c) for c in rng.randint(0, 256, size=3))
-        draw.line([(int(x0), int(y0)), (int(x1), int(y1))], fill=colour, width=int(rng.randint(1, 3)))
+        draw.line([(int(x0), int(y0)), (int(x1), int(y1))], fill=colour,
+                  width=int(rng.randint(1, 3)))
 
 
 def _contrasting_colour(background, rng):
@@ -132,7 +133,8 @@ def _draw_shape(draw, shape, cx, cy, radius, angle, colour):
         draw.ellipse([cx - radius, cy - radius, cx + radius, cy + radius], fill=colour)
     elif shape == "ring":
         width = max(3, int(radius * 0.3))
-        draw.ellipse([cx - radius, cy - radius, cx + radius, cy + radius], outline=colour, width=width)
+        draw.ellipse([cx - radius, cy - radius, cx + radius, cy + radius], outline=colour,
+                     width=width)
     elif shape == "square":
         half = radius / math.sqrt(2.0)
         corners = [(-half, -half), (half, -half), (half, half), (-half, half)]

@@ -94,9 +94,14 @@ def step_of(checkpoint_path):
     return int(match.group(1))
 
 
-def check_restorable(checkpoint_path, restore_map):
+def check_restorable(checkpoint_path, restore_map, hint=None):
     """Raises CheckpointError naming the first variable missing from, or shaped differently in,
-    the checkpoint (e.g. a model of another size or number of classes)."""
+    the checkpoint (e.g. a model of another size or number of classes).
+
+    Args:
+      restore_map: {name in the checkpoint: variable}.
+      hint: what the user should do, appended to the message (a default fits evaluation).
+    """
     try:
         stored = dict(tf.train.list_variables(checkpoint_path))
     except (tf.errors.OpError, ValueError) as error:
@@ -106,10 +111,55 @@ def check_restorable(checkpoint_path, restore_map):
         shape = variable.shape.as_list()
         if name not in stored:
             raise CheckpointError(
-                f"checkpoint {checkpoint_path} has no variable {name}: it holds another model; "
-                "check --checkpoint_dir, or the model flags (image size, depth multiplier).")
+                f"checkpoint {checkpoint_path} has no variable {name}; "
+                + (hint or "it holds another model: check --checkpoint_dir and the model "
+                   "flags (image size, depth multiplier)") + ".")
         if list(stored[name]) != shape:
             raise CheckpointError(
                 f"variable {name} has shape {list(stored[name])} in {checkpoint_path} but "
-                f"{shape} in this model; the model settings do not match the checkpoint "
-                "(drop overriding flags such as --depth_multiplier or --num_classes).")
+                f"{shape} in this model; "
+                + (hint or "the model settings do not match the checkpoint (drop overriding "
+                   "flags such as --depth_multiplier or --num_classes)") + ".")
+
+
+FINE_TUNE_EXCLUDED_SCOPES = ("InceptionV3/Logits", "InceptionV3/AuxLogits")
+
+
+def resolve_checkpoint_path(path):
+    """A checkpoint prefix from a prefix or a directory (its newest checkpoint)."""
+    if tf.io.gfile.isdir(path):
+        latest = latest_checkpoint(path)
+        if latest is None:
+            raise CheckpointError(f"no checkpoint in directory {path}; pass a checkpoint file "
+                                  "such as .../inception_v3.ckpt or .../model.ckpt-1000.")
+        return latest
+    if not (tf.io.gfile.exists(path + ".index") or tf.io.gfile.exists(path)):
+        raise CheckpointError(f"--pretrained_model_checkpoint_path={path} does not exist.")
+    return path
+
+
+def pretrained_initializer(checkpoint_path, variables, exclude_scopes=(), log=print):
+    """Prepares restoring `variables` (except those under `exclude_scopes`) from a checkpoint.
+
+    Call while the graph is being built; returns callable(session) that restores. Names must
+    match (`InceptionV3/...`, as in tf-slim's published checkpoint and in ours); a missing
+    variable or a shape mismatch is a CheckpointError that names it.
+    """
+    path = resolve_checkpoint_path(checkpoint_path)
+    prefixes = tuple(scope.strip("/") + "/" for scope in exclude_scopes)
+    chosen = {v.op.name: v for v in variables if not v.op.name.startswith(prefixes)}
+    if not chosen:
+        raise CheckpointError("every model variable is excluded from the pretrained restore; "
+                              "narrow --checkpoint_exclude_scopes.")
+    check_restorable(path, chosen, hint=(
+        "use --fine_tune to start the logits layers afresh (a different number of classes), or "
+        "--checkpoint_exclude_scopes=<scopes> to leave other layers out"))
+    saver = tf.compat.v1.train.Saver(chosen)
+    excluded = sorted(v.op.name for v in variables if v.op.name not in chosen)
+
+    def restore(session):
+        saver.restore(session, path)
+        log(f"initialized {len(chosen)} variables from {path}"
+            + (f"; {len(excluded)} left freshly initialized under "
+               f"{', '.join(exclude_scopes)}" if excluded else ""))
+    return restore

@@ -57,4 +57,4 @@ def apply_all():
 
 apply_all()
 
-import tf_slim  # noqa: E402  pylint: disable=wrong-import-position,unused-import
+import tf_slim  # noqa: E402,F401  pylint: disable=wrong-import-position,unused-import

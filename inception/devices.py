@@ -38,7 +38,8 @@ class TowerPlacement:
         if self.device_type == "cpu":
             return f"{self.num_towers} tower(s) on virtual CPU devices (no GPU found)"
         if self.virtual_gpu_memory_mb:
-            return (f"{self.num_towers} tower(s) on virtual GPUs of {self.virtual_gpu_memory_mb} MB "
+            return (f"{self.num_towers} tower(s) on virtual GPUs of "
+                    f"{self.virtual_gpu_memory_mb} MB "
                     f"carved from {self.physical_gpus} GPU(s)")
         return f"{self.num_towers} tower(s), one per GPU"
 

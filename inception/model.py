@@ -84,7 +84,8 @@ def classification_losses(logits, aux_logits, labels, num_classes):
     one_hot = tf.one_hot(labels, num_classes)
     terms = {"cross_entropy": smoothed_cross_entropy(logits, one_hot, "cross_entropy")}
     if aux_logits is not None:
-        terms["aux_loss"] = AUX_LOSS_WEIGHT * smoothed_cross_entropy(aux_logits, one_hot, "aux_loss")
+        aux = smoothed_cross_entropy(aux_logits, one_hot, "aux_loss")
+        terms["aux_loss"] = AUX_LOSS_WEIGHT * aux
     return terms
 
 

@@ -48,7 +48,7 @@ class AveragedGradients:
 
 
 def variables_on(variable_device, compute_device):
-    """A device function placing variables on `variable_device`, every other op on `compute_device`."""
+    """A device function: variables on `variable_device`, every other op on `compute_device`."""
     def place(op):
         return variable_device if op.type in VARIABLE_OP_TYPES else compute_device
     return place

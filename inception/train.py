@@ -54,6 +54,19 @@ flags.DEFINE_integer("save_summaries_steps", 20, "Write summaries every this man
 flags.DEFINE_float("save_summaries_secs", 0, "Also write summaries every this many seconds.")
 flags.DEFINE_integer("save_checkpoint_steps", 1000, "Checkpoint every this many steps (0: off).")
 flags.DEFINE_float("save_interval_secs", 600, "Also checkpoint every this many seconds (0: off).")
+flags.DEFINE_list("trainable_scopes", [], "Train only the variables under these variable "
+                  "scopes, e.g. InceptionV3/Logits,InceptionV3/AuxLogits (default: all).")
+flags.DEFINE_string("stages", "", "A training plan of stages 'name:steps:scope,scope;...', e.g. "
+                    "'head:2000:InceptionV3/Logits,InceptionV3/AuxLogits;all' (the last stage "
+                    "may omit steps and scopes).")
+flags.DEFINE_string("training_plan", "", "A JSON file with the training plan (stages with "
+                    "steps, scopes, loss_terms, optimizer, learning_rate); see README.")
+flags.DEFINE_string("pretrained_model_checkpoint_path", "", "Initialize a fresh --train_dir "
+                    "from this checkpoint (ours, or tf-slim's inception_v3.ckpt).")
+flags.DEFINE_bool("fine_tune", False, "With --pretrained_model_checkpoint_path: leave the logits "
+                  "and aux-logits layers freshly initialized (for another number of classes).")
+flags.DEFINE_list("checkpoint_exclude_scopes", [], "Variable scopes not restored from "
+                  "--pretrained_model_checkpoint_path.")
 flags.DEFINE_integer("intra_op_threads", 0, "Threads inside one op (0: TensorFlow decides).")
 flags.DEFINE_integer("inter_op_threads", 0, "Ops run at once (0: TensorFlow decides).")
 
@@ -75,7 +88,12 @@ def options_from_flags():
         save_summaries_secs=FLAGS.save_summaries_secs,
         save_checkpoint_steps=FLAGS.save_checkpoint_steps,
         save_interval_secs=FLAGS.save_interval_secs,
-        intra_op_threads=FLAGS.intra_op_threads, inter_op_threads=FLAGS.inter_op_threads)
+        intra_op_threads=FLAGS.intra_op_threads, inter_op_threads=FLAGS.inter_op_threads,
+        trainable_scopes=tuple(FLAGS.trainable_scopes), stages=FLAGS.stages,
+        training_plan=cli.user_path(FLAGS.training_plan),
+        pretrained_model_checkpoint_path=cli.user_path(FLAGS.pretrained_model_checkpoint_path),
+        fine_tune=FLAGS.fine_tune,
+        checkpoint_exclude_scopes=tuple(FLAGS.checkpoint_exclude_scopes))
 
 
 def print_next_steps(train_dir, result):

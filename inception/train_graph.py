@@ -1,20 +1,21 @@
-"""The training graph of one step: input -> towers -> averaged gradients -> update.
+"""The training graph: input -> towers -> per-stage averaged gradients -> update.
 
 A pure graph builder: `build_train_graph` returns the ops and tensors the loop runs; it owns no
-session, writes no files and reads no flags.
+session, writes no files and reads no flags. The towers' forward pass is built once; every
+stage of the training plan (stages.py) gets its own gradients, optimizer and train op from the
+same tower machinery (towers.py), so `mean_loss`, None-safe averaging and the NaN check work
+the same in every stage.
 """
 
 import dataclasses
 
 import tensorflow as tf
 
+from inception import stages as stages_lib
 from inception import towers as towers_lib
 
 tf1 = tf.compat.v1
 
-RMSPROP_DECAY = 0.9
-RMSPROP_MOMENTUM = 0.9
-RMSPROP_EPSILON = 1.0
 MOVING_AVERAGE_DECAY = 0.9999
 BATCH_NORM_DECAY = 0.9997
 VARIABLE_DEVICE = "/cpu:0"
@@ -22,7 +23,7 @@ VARIABLE_DEVICE = "/cpu:0"
 
 @dataclasses.dataclass(frozen=True)
 class OptimizationSettings:
-    """How variables are updated (the original's schedule and optimizer).
+    """How variables are updated (the original's schedule).
 
     The learning rate is initial_learning_rate * decay_factor ** floor(step / decay_steps),
     with decay_steps = examples_per_epoch / batch_size * num_epochs_per_decay.
@@ -42,23 +43,38 @@ class OptimizationSettings:
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainGraph:
-    """What the training loop runs.
+class StageOps:
+    """What the loop runs while one stage is current.
 
-    train_op: one synchronous step (gradients, update, EMA, batch-norm statistics).
-    tower_losses: float32 [num_towers], each tower's total loss; mean_loss: their mean.
-    skipped_variables: trainable variables that no tower's loss reaches (not updated).
+    train_op: one synchronous step of this stage (its gradients, update, EMA, batch-norm
+    statistics); tower_losses: float32 [num_towers], each tower's loss in this stage;
+    mean_loss: their mean; variables: names of the variables this stage trains; skipped:
+    variables of the stage that its loss does not reach (left out).
     """
-    global_step: tf.Variable
+    stage: stages_lib.Stage
     train_op: tf.Operation
-    mean_loss: tf.Tensor
     tower_losses: tf.Tensor
+    mean_loss: tf.Tensor
     learning_rate: tf.Tensor
+    summary_op: tf.Tensor
+    variables: list
+    skipped: list
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainGraph:
+    """Everything the training loop needs; `stages[i]` belongs to `plan.stages[i]`."""
+    global_step: tf.Variable
+    plan: stages_lib.TrainingPlan
+    stages: list
     corrupt_records: tf.Tensor
     input_initializer: tf.Operation
-    summary_op: tf.Tensor
-    skipped_variables: list
     moving_average: tf1.train.ExponentialMovingAverage
+
+    @property
+    def skipped_variables(self):
+        """Names of variables some stage leaves out because its loss does not reach them."""
+        return sorted({name for ops in self.stages for name in ops.skipped})
 
 
 def warmed_up_decay(max_decay, global_step):
@@ -79,9 +95,9 @@ def learning_rate_schedule(settings, global_step):
         settings.learning_rate_decay_factor, staircase=True, name="learning_rate")
 
 
-def build_train_graph(input_batch, make_model_fn, optimization, tower_devices,
+def build_train_graph(input_batch, make_model_fn, optimization, tower_devices, plan=None,
                       histograms=False):
-    """Builds the whole training step in the default graph.
+    """Builds the towers once and one train op per stage of `plan`, in the default graph.
 
     Args:
       input_batch: input_pipeline.InputBatch of the global batch.
@@ -89,44 +105,81 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices,
         e.g. functools.partial(model.make_model_fn, model_settings).
       optimization: OptimizationSettings.
       tower_devices: one device name per tower, e.g. ['/cpu:0', '/cpu:1'].
+      plan: stages.TrainingPlan; None trains everything in one stage.
       histograms: add gradient and variable histograms to the summaries (costly).
 
     Returns:
-      TrainGraph.
+      TrainGraph. Raises stages.PlanError when a stage selects no variable or its loss
+      reaches none of its variables.
     """
+    plan = (plan or stages_lib.DEFAULT_PLAN).validate()
     global_step = tf1.train.get_or_create_global_step()
     with tf.device(VARIABLE_DEVICE):
-        learning_rate = learning_rate_schedule(optimization, global_step)
+        schedule = learning_rate_schedule(optimization, global_step)
         bn_decay = warmed_up_decay(optimization.batch_norm_decay, global_step)
-        optimizer = tf1.train.RMSPropOptimizer(learning_rate, decay=RMSPROP_DECAY,
-                                               momentum=RMSPROP_MOMENTUM,
-                                               epsilon=RMSPROP_EPSILON)
     tower_inputs = towers_lib.split_batch((input_batch.images, input_batch.labels),
                                           len(tower_devices))
-    towers = towers_lib.build_towers(make_model_fn(bn_decay),
-                                     tower_inputs, tower_devices, VARIABLE_DEVICE)
+    towers = towers_lib.build_towers(make_model_fn(bn_decay), tower_inputs, tower_devices,
+                                     VARIABLE_DEVICE)
     regularization = towers_lib.regularization_loss(VARIABLE_DEVICE)
-    tower_totals = towers_lib.tower_total_losses(towers, regularization)
     with tf.device(VARIABLE_DEVICE):
-        tower_losses = tf.stack(tower_totals, name="tower_losses")
-        mean_loss = towers_lib.mean_over_towers(tower_totals)
-    gradients = towers_lib.build_gradients(towers, tf1.trainable_variables(), regularization,
-                                           device=VARIABLE_DEVICE)
-    with tf.device(VARIABLE_DEVICE):
-        apply_op = optimizer.apply_gradients(gradients.grads_and_vars, global_step=global_step)
         moving_average = tf1.train.ExponentialMovingAverage(
             optimization.moving_average_decay, num_updates=global_step)
-        with tf.control_dependencies([apply_op]):
-            average_op = moving_average.apply(tf1.trainable_variables())
-        train_op = tf.group(apply_op, average_op, *towers_lib.batch_norm_updates(towers),
-                            name="train_op")
-    summary_op = _summaries(towers, tower_totals, mean_loss, regularization, learning_rate,
-                            bn_decay, input_batch, gradients.grads_and_vars, histograms)
-    return TrainGraph(global_step=global_step, train_op=train_op, mean_loss=mean_loss,
-                      tower_losses=tower_losses, learning_rate=learning_rate,
+    shared = _SharedParts(towers, regularization, schedule, bn_decay, global_step,
+                          moving_average, towers_lib.batch_norm_updates(towers), input_batch,
+                          histograms, len(plan.stages) == 1)
+    stage_ops = [_build_stage(stage, index, shared) for index, stage in enumerate(plan.stages)]
+    return TrainGraph(global_step=global_step, plan=plan, stages=stage_ops,
                       corrupt_records=input_batch.corrupt_records,
-                      input_initializer=input_batch.initializer, summary_op=summary_op,
-                      skipped_variables=gradients.skipped, moving_average=moving_average)
+                      input_initializer=input_batch.initializer, moving_average=moving_average)
+
+
+@dataclasses.dataclass(frozen=True)
+class _SharedParts:
+    towers: list
+    regularization: tf.Tensor
+    schedule: tf.Tensor
+    bn_decay: tf.Tensor
+    global_step: tf.Variable
+    moving_average: tf1.train.ExponentialMovingAverage
+    bn_updates: list
+    input_batch: object
+    histograms: bool
+    single_stage: bool
+
+
+def _build_stage(stage, index, shared):
+    trainable = tf1.trainable_variables()
+    var_list = stages_lib.select_variables(stage, trainable)
+    with tf.name_scope(f"stage_{stage.name}"):
+        tower_totals = towers_lib.tower_total_losses(shared.towers, shared.regularization,
+                                                     stage.loss_terms)
+        with tf.device(VARIABLE_DEVICE):
+            tower_losses = tf.stack(tower_totals, name="tower_losses")
+            mean_loss = towers_lib.mean_over_towers(tower_totals)
+        gradients = towers_lib.build_gradients(shared.towers, var_list, shared.regularization,
+                                               stage.loss_terms, device=VARIABLE_DEVICE)
+        if not gradients.grads_and_vars:
+            terms = ", ".join(stage.loss_terms or sorted(shared.towers[0].loss_terms))
+            raise stages_lib.PlanError(
+                f"stage {stage.name!r}: its loss ({terms}) reaches none of its "
+                f"{len(var_list)} variables; pick scopes the loss depends on, or other loss "
+                "terms.")
+        trained = [variable for _, variable in gradients.grads_and_vars]
+        with tf.device(VARIABLE_DEVICE):
+            learning_rate = (shared.schedule if stage.learning_rate is None
+                             else tf.constant(stage.learning_rate, name="learning_rate"))
+            optimizer = stages_lib.make_optimizer(stage, learning_rate, shared.single_stage)
+            apply_op = optimizer.apply_gradients(gradients.grads_and_vars,
+                                                 global_step=shared.global_step)
+            with tf.control_dependencies([apply_op]):
+                average_op = shared.moving_average.apply(trained)
+            train_op = tf.group(apply_op, average_op, *shared.bn_updates, name="train_op")
+        summary_op = _summaries(shared, stage, index, tower_totals, mean_loss, learning_rate,
+                                gradients.grads_and_vars)
+    return StageOps(stage=stage, train_op=train_op, tower_losses=tower_losses,
+                    mean_loss=mean_loss, learning_rate=learning_rate, summary_op=summary_op,
+                    variables=[v.op.name for v in trained], skipped=gradients.skipped)
 
 
 def scalar_summary(tag, value):
@@ -135,26 +188,30 @@ def scalar_summary(tag, value):
     return tf.raw_ops.ScalarSummary(tags=tag, values=tf.cast(value, tf.float32))
 
 
-def _summaries(towers, tower_totals, mean_loss, regularization, learning_rate, bn_decay,
-               input_batch, grads_and_vars, histograms):
-    """TensorBoard summaries of one step, merged into one op (run only when due)."""
+def _summaries(shared, stage, index, tower_totals, mean_loss, learning_rate, grads_and_vars):
+    """TensorBoard summaries of one step of `stage`, merged into one op (run only when due)."""
+    input_batch = shared.input_batch
     with tf.device(VARIABLE_DEVICE), tf.name_scope("summaries"):
         summaries = [scalar_summary("mean_loss", mean_loss),
-                     scalar_summary("regularization_loss", regularization),
+                     scalar_summary("regularization_loss", shared.regularization),
                      scalar_summary("learning_rate", learning_rate),
-                     scalar_summary("batch_norm_decay", bn_decay),
+                     scalar_summary("batch_norm_decay", shared.bn_decay),
+                     scalar_summary("stage", index),
                      scalar_summary("input/corrupt_records", input_batch.corrupt_records)]
-        for tower, total in zip(towers, tower_totals):
+        for tower, total in zip(shared.towers, tower_totals):
             summaries.append(scalar_summary(f"tower_{tower.index}/total_loss", total))
-            for name, term in sorted(tower.loss_terms.items()):
-                summaries.append(scalar_summary(f"tower_{tower.index}/{name}", term))
+            terms = stage.loss_terms or sorted(tower.loss_terms)
+            for name in terms:
+                summaries.append(scalar_summary(f"tower_{tower.index}/{name}",
+                                                tower.loss_terms[name]))
         grads = [grad for grad, _ in grads_and_vars]
         summaries.append(scalar_summary("gradient_norm", tf.linalg.global_norm(grads)))
-        shown = tf.image.convert_image_dtype((input_batch.images[:3] + 1.0) / 2.0, tf.uint8,
-                                             saturate=True)
-        summaries.append(tf.raw_ops.ImageSummary(tag="input_images", tensor=shown,
-                                                 max_images=3))
-        if histograms:
+        if input_batch.images.shape.rank == 4 and input_batch.images.shape[-1] in (1, 3):
+            shown = tf.image.convert_image_dtype((input_batch.images[:3] + 1.0) / 2.0, tf.uint8,
+                                                 saturate=True)
+            summaries.append(tf.raw_ops.ImageSummary(tag="input_images", tensor=shown,
+                                                     max_images=3))
+        if shared.histograms:
             for grad, variable in grads_and_vars:
                 name = variable.op.name
                 summaries.append(tf.raw_ops.HistogramSummary(tag=f"gradients/{name}",

@@ -63,20 +63,21 @@ def timestamped(message):
     return f"{datetime.datetime.now():%Y-%m-%d %H:%M:%S}: {message}"
 
 
-def run_training(build_graph, session_config, settings, initialize=None, log=print):
+def run_training(build_graph, session_config, settings, make_initializer=None, log=print):
     """Builds the graph with `build_graph()` and trains until `settings.max_steps`.
 
     Resumes from the newest checkpoint in `settings.train_dir` when there is one; otherwise
-    initializes the variables and then calls `initialize(session)` if given (e.g. to restore a
-    pretrained model). Saves every `save_checkpoint_steps` / `save_interval_secs`, at the end
-    and on SIGINT/SIGTERM; never after a non-finite loss (NonFiniteLossError is raised and the
-    last good checkpoint stays the newest).
+    initializes the variables and then runs the initializer that `make_initializer()` (called
+    while the graph is built) returned, e.g. to restore a pretrained model. Runs each step
+    with the train op of the plan's current stage. Saves every `save_checkpoint_steps` /
+    `save_interval_secs`, at the end and on SIGINT/SIGTERM; never after a non-finite loss
+    (NonFiniteLossError is raised and the last good checkpoint stays the newest).
 
     Args:
       build_graph: callable() -> train_graph.TrainGraph, called inside a fresh default graph.
       session_config: tf.compat.v1.ConfigProto (devices for the towers).
       settings: LoopSettings.
-      initialize: optional callable(session) for a fresh start.
+      make_initializer: optional callable() -> callable(session), for a fresh start only.
       log: callable(str) for progress lines.
 
     Returns:
@@ -86,30 +87,40 @@ def run_training(build_graph, session_config, settings, initialize=None, log=pri
     graph = tf.Graph()
     with graph.as_default():
         train_graph = build_graph()
-        saver = tf1.train.Saver(max_to_keep=settings.keep_checkpoints, name="saver")
+        initialize = make_initializer() if make_initializer else None
+        saved_variables = {v.op.name: v for v in tf1.global_variables()}
+        saver = tf1.train.Saver(saved_variables, max_to_keep=settings.keep_checkpoints,
+                                name="saver")
         init_ops = (tf1.global_variables_initializer(), tf1.local_variables_initializer())
         graph.finalize()
     for name in train_graph.skipped_variables:
         log(f"note: no loss reaches variable {name}; it is left out of the update.")
+    end_step = min(settings.max_steps, train_graph.plan.total_steps or settings.max_steps)
     with tf1.Session(graph=graph, config=session_config) as session:
-        step, checkpoint = _restore_or_initialize(session, saver, init_ops[0], settings,
-                                                  initialize, log)
+        step, checkpoint = _restore_or_initialize(session, saver, saved_variables, init_ops[0],
+                                                  settings, initialize, log)
         session.run([init_ops[1], train_graph.input_initializer])
-        if step >= settings.max_steps:
-            log(f"{settings.train_dir} is already at step {step} >= --max_steps="
-                f"{settings.max_steps}; nothing to train. Raise --max_steps or use a new "
-                "--train_dir.")
+        if step >= end_step:
+            log(f"{settings.train_dir} is already at step {step}, the end of this run "
+                f"(--max_steps={settings.max_steps}); nothing to train. Raise --max_steps or "
+                "use a new --train_dir.")
             return TrainResult(step=step, checkpoint=checkpoint)
         writer = tf1.summary.FileWriter(settings.train_dir, graph if checkpoint is None else None)
         try:
-            return _loop(session, saver, writer, train_graph, settings, step, checkpoint, log)
+            return _loop(session, saver, writer, train_graph,
+                         dataclasses.replace(settings, max_steps=end_step), step, checkpoint,
+                         log)
         finally:
             writer.close()
 
 
-def _restore_or_initialize(session, saver, init_op, settings, initialize, log):
+def _restore_or_initialize(session, saver, saved_variables, init_op, settings, initialize, log):
     checkpoint = checkpoints.latest_checkpoint(settings.train_dir)
     if checkpoint:
+        checkpoints.check_restorable(
+            checkpoint, saved_variables,
+            hint="the model or the training plan changed since it was written; use the flags "
+                 "it was trained with, or a new --train_dir")
         saver.restore(session, checkpoint)
         step = checkpoints.step_of(checkpoint)
         log(timestamped(f"resumed from {checkpoint} (step {step})"))
@@ -130,12 +141,17 @@ def _loop(session, saver, writer, graph, settings, step, checkpoint, log):
     interval_start, interval_step = now, step
     saved_step = step
     result = TrainResult(step=step, checkpoint=checkpoint)
+    stage_index = None
     with StopRequest(log, "saving a checkpoint after this step and stopping") as stop:
         while step < settings.max_steps and not stop.requested:
+            if graph.plan.stage_index_at(step) != stage_index:
+                stage_index = graph.plan.stage_index_at(step)
+                log(timestamped(describe_stage(graph, stage_index, settings.max_steps)))
+            ops = graph.stages[stage_index]
             want_summary = summary_cadence.due(step + 1, time.time())
-            fetches = {"train": graph.train_op, "losses": graph.tower_losses}
+            fetches = {"train": ops.train_op, "losses": ops.tower_losses}
             if want_summary:
-                fetches["summary"] = graph.summary_op
+                fetches["summary"] = ops.summary_op
             out = session.run(fetches)
             step += 1
             losses = [float(value) for value in out["losses"]]
@@ -165,6 +181,18 @@ def _loop(session, saver, writer, graph, settings, step, checkpoint, log):
             result.checkpoint = _save(session, saver, settings.train_dir, step)
         result.stopped_by_signal = stop.signal_number
     return result
+
+
+def describe_stage(graph, index, end_step):
+    """One log line: which stage starts, its steps and what it trains."""
+    plan, ops = graph.plan, graph.stages[index]
+    start = plan.stage_start(index)
+    end = end_step if ops.stage.steps is None else min(end_step, start + ops.stage.steps)
+    scopes = ", ".join(ops.stage.scopes) if ops.stage.scopes else "all scopes"
+    terms = ", ".join(ops.stage.loss_terms) if ops.stage.loss_terms else "all loss terms"
+    return (f"stage '{ops.stage.name}' ({index + 1} of {len(plan.stages)}): steps {start}-{end}, "
+            f"training {len(ops.variables)} variables ({scopes}; {terms}; "
+            f"{ops.stage.optimizer})")
 
 
 def _save(session, saver, train_dir, step):

@@ -17,8 +17,10 @@ from inception import datasets
 from inception import devices
 from inception import input_pipeline
 from inception import model
+from inception import stages
 from inception import train_graph
 from inception import train_loop
+from inception.compat import tf_slim as slim
 from inception.train_loop import timestamped
 
 
@@ -49,6 +51,12 @@ class TrainOptions:
     save_interval_secs: float = 600
     intra_op_threads: int = 0
     inter_op_threads: int = 0
+    trainable_scopes: tuple = ()
+    stages: str = ""
+    training_plan: str = ""
+    pretrained_model_checkpoint_path: str = ""
+    fine_tune: bool = False
+    checkpoint_exclude_scopes: tuple = ()
 
 
 def _pick(value, default):
@@ -72,13 +80,43 @@ def resolve_model_settings(options, dataset, stored):
     return settings
 
 
+def resolve_plan(options):
+    """The TrainingPlan from --trainable_scopes, --stages or --training_plan (at most one)."""
+    given = [name for name in ("trainable_scopes", "stages", "training_plan")
+             if getattr(options, name)]
+    if len(given) > 1:
+        raise stages.PlanError(f"pass only one of --{' / --'.join(given)}.")
+    if options.training_plan:
+        return stages.load_plan(options.training_plan)
+    if options.stages:
+        return stages.parse_stages(options.stages)
+    return stages.plan_from_scopes(options.trainable_scopes)
+
+
+def pretrained_initializer_factory(options, log):
+    """make_initializer for train_loop: restore --pretrained_model_checkpoint_path, or None."""
+    if not options.pretrained_model_checkpoint_path:
+        if options.fine_tune or options.checkpoint_exclude_scopes:
+            raise ValueError("--fine_tune and --checkpoint_exclude_scopes need "
+                             "--pretrained_model_checkpoint_path.")
+        return None
+    excluded = tuple(options.checkpoint_exclude_scopes)
+    if options.fine_tune:
+        excluded += tuple(s for s in checkpoints.FINE_TUNE_EXCLUDED_SCOPES if s not in excluded)
+    return lambda: checkpoints.pretrained_initializer(
+        options.pretrained_model_checkpoint_path, slim.get_model_variables(), excluded, log)
+
+
 def train(options, log=print):
     """Runs training as `options` say; returns train_loop.TrainResult.
 
     Raises ValueError subclasses (DataError, PlacementError, CheckpointError) with a message
     that says what to do, and train_loop.NonFiniteLossError when a tower's loss diverges.
     """
-    stored = checkpoints.read_stored_run(options.train_dir)
+    # Stored settings bind only once a checkpoint exists: a run that failed before saving one
+    # must not pin the flags of the next attempt.
+    has_checkpoint = checkpoints.latest_checkpoint(options.train_dir) is not None
+    stored = checkpoints.read_stored_run(options.train_dir) if has_checkpoint else None
     data_dir = options.data_dir or (stored.data_dir if stored else "")
     dataset_name = options.dataset or (stored.settings.dataset if stored and not options.data_dir
                                        else "")
@@ -91,7 +129,10 @@ def train(options, log=print):
                                     options.virtual_gpu_memory_mb)
     if batch_size % placement.num_towers:
         raise ValueError(f"--batch_size={batch_size} does not split evenly over "
-                         f"{placement.num_towers} towers; use a multiple of {placement.num_towers}.")
+                         f"{placement.num_towers} towers; use a multiple of "
+                         f"{placement.num_towers}.")
+    plan = resolve_plan(options)
+    make_initializer = pretrained_initializer_factory(options, log)
     shards = dataset.shards(options.subset)
     optimization = train_graph.OptimizationSettings(
         batch_size=batch_size, examples_per_epoch=dataset.num_examples(options.subset),
@@ -101,7 +142,8 @@ def train(options, log=print):
         learning_rate_decay_factor=options.learning_rate_decay_factor)
 
     os.makedirs(options.train_dir, exist_ok=True)
-    checkpoints.write_stored_run(options.train_dir, checkpoints.StoredRun(settings, dataset.data_dir))
+    checkpoints.write_stored_run(options.train_dir,
+                                 checkpoints.StoredRun(settings, dataset.data_dir))
     log(timestamped(
         f"training {settings.dataset} ({settings.num_classes - 1} classes, {dataset.data_dir}); "
         f"Inception v3 x{settings.depth_multiplier:g} at {settings.image_size}px; "
@@ -115,7 +157,7 @@ def train(options, log=print):
                 seed=options.seed, strict=options.strict_input, crop=defaults.crop)
         return train_graph.build_train_graph(
             input_batch, functools.partial(model.make_model_fn, settings), optimization,
-            placement.tower_devices, options.histograms)
+            placement.tower_devices, plan, options.histograms)
 
     loop_settings = train_loop.LoopSettings(
         train_dir=options.train_dir, max_steps=max_steps, batch_size=batch_size,
@@ -125,4 +167,4 @@ def train(options, log=print):
         save_checkpoint_steps=options.save_checkpoint_steps,
         save_interval_secs=options.save_interval_secs)
     config = devices.session_config(placement, options.intra_op_threads, options.inter_op_threads)
-    return train_loop.run_training(build_graph, config, loop_settings, log=log)
+    return train_loop.run_training(build_graph, config, loop_settings, make_initializer, log=log)

@@ -62,7 +62,8 @@ class TensorBoardTest(unittest.TestCase):
         deadline = time.time() + SERVER_START_TIMEOUT
         while time.time() < deadline:
             if cls.server.poll() is not None:
-                raise RuntimeError("TensorBoard exited: " + cls.server.stderr.read().decode()[-2000:])
+                output = cls.server.stderr.read().decode()[-2000:]
+                raise RuntimeError(f"TensorBoard exited: {output}")
             try:
                 get_json(cls.base + "/data/runs")
                 return

@@ -8,6 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 from data import demo_data
+from inception import input_pipeline
 
 tf1 = tf.compat.v1
 
@@ -81,3 +82,15 @@ def read_scalars(log_dir):
                 if value.HasField("simple_value"):
                     scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
     return scalars
+
+
+def synthetic_input(batch_size):
+    """An InputBatch of random 8x8 images and labels in [0, 4), forever."""
+    images, labels = random_batch(64)
+    dataset = tf.data.Dataset.from_tensor_slices((images, labels)).repeat().batch(
+        batch_size, drop_remainder=True)
+    iterator = tf1.data.make_initializable_iterator(dataset)
+    image_batch, label_batch = iterator.get_next()
+    return input_pipeline.InputBatch(images=image_batch, labels=label_batch,
+                                     corrupt_records=tf.constant(0, tf.int64),
+                                     initializer=iterator.initializer)

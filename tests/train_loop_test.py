@@ -9,7 +9,6 @@ import numpy as np
 import tensorflow as tf
 
 from inception import checkpoints
-from inception import input_pipeline
 from inception import train_graph
 from inception import train_loop
 from inception.cadence import Cadence
@@ -18,18 +17,6 @@ from tests import testing_utils
 tf1 = tf.compat.v1
 BATCH = 8
 NUM_TOWERS = 2
-
-
-def synthetic_input(batch_size=BATCH):
-    """An InputBatch of random images/labels, forever."""
-    images, labels = testing_utils.random_batch(64)
-    dataset = tf.data.Dataset.from_tensor_slices((images, labels)).repeat().batch(
-        batch_size, drop_remainder=True)
-    iterator = tf1.data.make_initializable_iterator(dataset)
-    image_batch, label_batch = iterator.get_next()
-    return input_pipeline.InputBatch(images=image_batch, labels=label_batch,
-                                     corrupt_records=tf.constant(0, tf.int64),
-                                     initializer=iterator.initializer)
 
 
 def small_model_factory(nan_tower=None, nan_from_step=None):
@@ -56,7 +43,8 @@ def build_graph_fn(**factory_args):
         optimization = train_graph.OptimizationSettings(batch_size=BATCH, examples_per_epoch=64,
                                                         initial_learning_rate=0.01)
         return train_graph.build_train_graph(
-            synthetic_input(), small_model_factory(**factory_args), optimization,
+            testing_utils.synthetic_input(BATCH), small_model_factory(**factory_args),
+            optimization,
             [f"/cpu:{i}" for i in range(NUM_TOWERS)])
     return build
 

@@ -94,6 +94,15 @@ def step_of(checkpoint_path):
     return int(match.group(1))
 
 
+def stored_shapes(checkpoint_path):
+    """{variable name: shape} of a checkpoint; CheckpointError when it cannot be read."""
+    try:
+        return dict(tf.train.list_variables(checkpoint_path))
+    except (tf.errors.OpError, ValueError) as error:
+        raise CheckpointError(f"cannot read checkpoint {checkpoint_path}: "
+                              f"{str(error).splitlines()[0]}") from None
+
+
 def check_restorable(checkpoint_path, restore_map, hint=None):
     """Raises CheckpointError naming the first variable missing from, or shaped differently in,
     the checkpoint (e.g. a model of another size or number of classes).
@@ -102,11 +111,7 @@ def check_restorable(checkpoint_path, restore_map, hint=None):
       restore_map: {name in the checkpoint: variable}.
       hint: what the user should do, appended to the message (a default fits evaluation).
     """
-    try:
-        stored = dict(tf.train.list_variables(checkpoint_path))
-    except (tf.errors.OpError, ValueError) as error:
-        raise CheckpointError(f"cannot read checkpoint {checkpoint_path}: "
-                              f"{str(error).splitlines()[0]}") from None
+    stored = stored_shapes(checkpoint_path)
     for name, variable in sorted(restore_map.items()):
         shape = variable.shape.as_list()
         if name not in stored:

@@ -125,6 +125,9 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices, p
     with tf.device(VARIABLE_DEVICE):
         moving_average = tf1.train.ExponentialMovingAverage(
             optimization.moving_average_decay, num_updates=global_step)
+        # Every trainable variable gets its average now, whatever the stages train, so that
+        # checkpoints always hold the averages evaluation restores.
+        moving_average.apply(tf1.trainable_variables())
     shared = _SharedParts(towers, regularization, schedule, bn_decay, global_step,
                           moving_average, towers_lib.batch_norm_updates(towers), input_batch,
                           histograms, len(plan.stages) == 1)
@@ -132,6 +135,13 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices, p
     return TrainGraph(global_step=global_step, plan=plan, stages=stage_ops,
                       corrupt_records=input_batch.corrupt_records,
                       input_initializer=input_batch.initializer, moving_average=moving_average)
+
+
+def sync_averages_op(moving_average, variables):
+    """An op setting the moving averages of `variables` to their current values (after a
+    pretrained restore, or for averages a checkpoint lacks); a no-op for an empty list."""
+    with tf.device(VARIABLE_DEVICE), tf.name_scope("sync_averages"):
+        return tf.group(*[moving_average.average(v).assign(v) for v in variables])
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,6 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from inception import checkpoints
+from inception import train_graph as train_graph_lib
 from inception.cadence import Cadence
 from inception.stop_request import StopRequest
 
@@ -84,22 +85,27 @@ def run_training(build_graph, session_config, settings, make_initializer=None, l
       TrainResult.
     """
     os.makedirs(settings.train_dir, exist_ok=True)
+    checkpoint = checkpoints.latest_checkpoint(settings.train_dir)
     graph = tf.Graph()
     with graph.as_default():
         train_graph = build_graph()
-        initialize = make_initializer() if make_initializer else None
         saved_variables = {v.op.name: v for v in tf1.global_variables()}
         saver = tf1.train.Saver(saved_variables, max_to_keep=settings.keep_checkpoints,
                                 name="saver")
-        init_ops = (tf1.global_variables_initializer(), tf1.local_variables_initializer())
+        if checkpoint:
+            start = _prepare_resume(checkpoint, train_graph, saved_variables, log)
+        else:
+            start = _prepare_fresh_start(train_graph, make_initializer)
+        local_init = tf1.local_variables_initializer()
         graph.finalize()
     for name in train_graph.skipped_variables:
         log(f"note: no loss reaches variable {name}; it is left out of the update.")
     end_step = min(settings.max_steps, train_graph.plan.total_steps or settings.max_steps)
     with tf1.Session(graph=graph, config=session_config) as session:
-        step, checkpoint = _restore_or_initialize(session, saver, saved_variables, init_ops[0],
-                                                  settings, initialize, log)
-        session.run([init_ops[1], train_graph.input_initializer])
+        step = start(session)
+        if checkpoint:
+            log(timestamped(f"resumed from {checkpoint} (step {step})"))
+        session.run([local_init, train_graph.input_initializer])
         if step >= end_step:
             log(f"{settings.train_dir} is already at step {step}, the end of this run "
                 f"(--max_steps={settings.max_steps}); nothing to train. Raise --max_steps or "
@@ -114,21 +120,55 @@ def run_training(build_graph, session_config, settings, make_initializer=None, l
             writer.close()
 
 
-def _restore_or_initialize(session, saver, saved_variables, init_op, settings, initialize, log):
-    checkpoint = checkpoints.latest_checkpoint(settings.train_dir)
-    if checkpoint:
-        checkpoints.check_restorable(
-            checkpoint, saved_variables,
-            hint="the model or the training plan changed since it was written; use the flags "
-                 "it was trained with, or a new --train_dir")
-        saver.restore(session, checkpoint)
-        step = checkpoints.step_of(checkpoint)
-        log(timestamped(f"resumed from {checkpoint} (step {step})"))
-        return step, checkpoint
-    session.run(init_op)
-    if initialize is not None:
-        initialize(session)
-    return 0, None
+def _prepare_fresh_start(train_graph, make_initializer):
+    """Ops for a fresh start: initialize, run the initializer (e.g. a pretrained restore), then
+    start every moving average at its variable's value. Returns callable(session) -> step 0."""
+    init_op = tf1.global_variables_initializer()
+    initialize = make_initializer() if make_initializer else None
+    sync = train_graph_lib.sync_averages_op(train_graph.moving_average,
+                                            tf1.trainable_variables())
+
+    def start(session):
+        session.run(init_op)
+        if initialize is not None:
+            initialize(session)
+        session.run(sync)
+        return 0
+    return start
+
+
+def _prepare_resume(checkpoint, train_graph, saved_variables, log):
+    """Ops to resume from `checkpoint`. Optimizer state and moving averages the checkpoint
+    lacks (the training plan changed, e.g. a head-only run resumed to train everything) start
+    fresh; a missing model variable or global step is a CheckpointError.
+    Returns callable(session) -> the checkpoint's step."""
+    stored = checkpoints.stored_shapes(checkpoint)
+    essential = {v.op.name for v in tf1.trainable_variables() + tf1.model_variables()}
+    essential.add(train_graph.global_step.op.name)
+    missing = sorted(name for name in saved_variables if name not in stored)
+    hint = ("the model changed since it was written; use the flags it was trained with, or a "
+            "new --train_dir")
+    for name in missing:
+        if name in essential:
+            raise checkpoints.CheckpointError(f"checkpoint {checkpoint} has no variable {name}; "
+                                              f"{hint}.")
+    present = {name: v for name, v in saved_variables.items() if name in stored}
+    checkpoints.check_restorable(checkpoint, present, hint=hint)
+    restorer = tf1.train.Saver(present, name="resume")
+    init_missing = tf1.variables_initializer([saved_variables[name] for name in missing])
+    averages = {train_graph.moving_average.average_name(v): v for v in tf1.trainable_variables()}
+    sync = train_graph_lib.sync_averages_op(
+        train_graph.moving_average, [averages[name] for name in missing if name in averages])
+
+    def start(session):
+        session.run(init_missing)
+        restorer.restore(session, checkpoint)
+        session.run(sync)
+        if missing:
+            log(f"note: {len(missing)} optimizer or averaging variables are not in {checkpoint} "
+                "(the training plan changed); they start fresh.")
+        return int(session.run(train_graph.global_step))
+    return start
 
 
 def _loop(session, saver, writer, graph, settings, step, checkpoint, log):

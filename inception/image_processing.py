@@ -68,21 +68,32 @@ def train_image(encoded, boxes, image_size, seed, crop=ORIGINAL_CROP):
       float32 [image_size, image_size, 3] in [-1, 1].
     """
     seeds = tf.random.experimental.stateless_split(seed, num=8)
-    shape = tf.image.extract_jpeg_shape(encoded)
-    whole_image = tf.constant([[0.0, 0.0, 1.0, 1.0]])
-    boxes = tf.cond(tf.shape(boxes)[0] > 0, lambda: boxes, lambda: whole_image)
-    begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
-        shape, boxes[tf.newaxis], seed=seeds[0], min_object_covered=crop.min_object_covered,
-        aspect_ratio_range=crop.aspect_ratio_range, area_range=crop.area_range,
-        max_attempts=crop.max_attempts, use_image_if_no_bounding_boxes=True)
-    crop_window = tf.stack([begin[0], begin[1], size[0], size[1]])
-    image = tf.image.decode_and_crop_jpeg(encoded, crop_window, channels=3)
+    window = crop_window(tf.image.extract_jpeg_shape(encoded), boxes, seeds[0], crop)
+    image = tf.image.decode_and_crop_jpeg(encoded, window, channels=3)
     image = tf.image.convert_image_dtype(image, tf.float32)
     image = resize_with_random_method(image, image_size, seeds[1])
     image = tf.image.stateless_random_flip_left_right(image, seeds[2])
     image = distort_colour(image, seeds[3:8])
     image.set_shape([image_size, image_size, 3])
     return scale_to_unit_range(image)
+
+
+def crop_window(image_shape, boxes, seed, crop=ORIGINAL_CROP):
+    """The random training crop as int32 [y, x, height, width], always inside the image.
+
+    Args:
+      image_shape: int32 [3], (height, width, channels).
+      boxes: float32 [num_boxes, 4] (ymin, xmin, ymax, xmax) in [0, 1]; empty means the whole
+        image is the object.
+      seed: int64 [2].
+    """
+    whole_image = tf.constant([[0.0, 0.0, 1.0, 1.0]])
+    boxes = tf.cond(tf.shape(boxes)[0] > 0, lambda: boxes, lambda: whole_image)
+    begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
+        image_shape, boxes[tf.newaxis], seed=seed, min_object_covered=crop.min_object_covered,
+        aspect_ratio_range=crop.aspect_ratio_range, area_range=crop.area_range,
+        max_attempts=crop.max_attempts, use_image_if_no_bounding_boxes=True)
+    return tf.stack([begin[0], begin[1], size[0], size[1]])
 
 
 def resize_with_random_method(image, image_size, seed):

@@ -123,10 +123,10 @@ def build_train_input(shards, batch_size, image_size, num_classes, seed=None, st
             encoded, filename,
             lambda: image_processing.train_image(encoded, boxes, image_size, image_seed, crop),
             image_size, counter, strict)
-        return image, _checked_label(label, num_classes, filename), ok
+        return image, label, filename, ok
 
-    return _finish(records.enumerate(), preprocess, batch_size, counter, strict, deterministic,
-                   drop_remainder=True)
+    return _finish(records.enumerate(), preprocess, batch_size, num_classes, counter, strict,
+                   deterministic, drop_remainder=True)
 
 
 def build_eval_input(shards, batch_size, image_size, num_classes, strict=False, max_examples=0):
@@ -149,22 +149,24 @@ def build_eval_input(shards, batch_size, image_size, num_classes, strict=False, 
         image, ok = _decode_or_skip(
             encoded, filename, lambda: image_processing.eval_image(encoded, image_size),
             image_size, counter, strict)
-        return image, _checked_label(label, num_classes, filename), ok
+        return image, label, filename, ok
 
-    return _finish(records.enumerate(), preprocess, batch_size, counter, strict,
+    return _finish(records.enumerate(), preprocess, batch_size, num_classes, counter, strict,
                    deterministic=True, drop_remainder=False)
 
 
-def _finish(indexed_records, preprocess, batch_size, counter, strict, deterministic,
-            drop_remainder):
+def _finish(indexed_records, preprocess, batch_size, num_classes, counter, strict,
+            deterministic, drop_remainder):
     dataset = indexed_records.map(preprocess, num_parallel_calls=AUTOTUNE,
                                   deterministic=deterministic)
-    dataset = dataset.filter(lambda image, label, ok: ok)
-    dataset = dataset.map(lambda image, label, ok: (image, label))
+    dataset = dataset.filter(lambda image, label, filename, ok: ok)
     if not strict:
         # Last line of defence: a JPEG that looks complete but still fails to decode is dropped
         # (TensorFlow logs it) rather than ending a long run.
         dataset = dataset.ignore_errors(log_warning=True)
+    # After ignore_errors on purpose: a label the model cannot represent must stop the run.
+    dataset = dataset.map(
+        lambda image, label, filename, ok: (image, _checked_label(label, num_classes, filename)))
     dataset = dataset.batch(batch_size, drop_remainder=drop_remainder).prefetch(AUTOTUNE)
     iterator = tf1.data.make_initializable_iterator(dataset)
     images, labels = iterator.get_next()

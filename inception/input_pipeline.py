@@ -96,7 +96,8 @@ def _records(shards, shuffle_files, seed, deterministic):
 
 
 def build_train_input(shards, batch_size, image_size, num_classes, seed=None, strict=False,
-                      shuffle_buffer=DEFAULT_SHUFFLE_BUFFER, crop=image_processing.ORIGINAL_CROP):
+                      shuffle_buffer=DEFAULT_SHUFFLE_BUFFER, crop=image_processing.ORIGINAL_CROP,
+                      threads=0):
     """Training batches: distorted images, forever, in global batches of `batch_size`.
 
     Args:
@@ -105,6 +106,7 @@ def build_train_input(shards, batch_size, image_size, num_classes, seed=None, st
         non-deterministic, slightly faster parallel reads).
       strict: fail on a damaged image instead of skipping it.
       crop: image_processing.CropSettings of the random training crop.
+      threads: size of a private thread pool for the pipeline (0: tf.data's shared default).
 
     Returns:
       InputBatch with static shapes [batch_size, image_size, image_size, 3] and [batch_size].
@@ -126,7 +128,7 @@ def build_train_input(shards, batch_size, image_size, num_classes, seed=None, st
         return image, label, filename, ok
 
     return _finish(records.enumerate(), preprocess, batch_size, num_classes, counter, strict,
-                   deterministic, drop_remainder=True)
+                   deterministic, drop_remainder=True, threads=threads)
 
 
 def build_eval_input(shards, batch_size, image_size, num_classes, strict=False, max_examples=0):
@@ -156,7 +158,7 @@ def build_eval_input(shards, batch_size, image_size, num_classes, strict=False, 
 
 
 def _finish(indexed_records, preprocess, batch_size, num_classes, counter, strict,
-            deterministic, drop_remainder):
+            deterministic, drop_remainder, threads=0):
     dataset = indexed_records.map(preprocess, num_parallel_calls=AUTOTUNE,
                                   deterministic=deterministic)
     dataset = dataset.filter(lambda image, label, filename, ok: ok)
@@ -168,6 +170,10 @@ def _finish(indexed_records, preprocess, batch_size, num_classes, counter, stric
     dataset = dataset.map(
         lambda image, label, filename, ok: (image, _checked_label(label, num_classes, filename)))
     dataset = dataset.batch(batch_size, drop_remainder=drop_remainder).prefetch(AUTOTUNE)
+    if threads:
+        options = tf.data.Options()
+        options.threading.private_threadpool_size = threads
+        dataset = dataset.with_options(options)
     iterator = tf1.data.make_initializable_iterator(dataset)
     images, labels = iterator.get_next()
     return InputBatch(images=images, labels=labels, corrupt_records=counter.read_value(),

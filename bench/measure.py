@@ -1,0 +1,206 @@
+"""One throughput measurement per process: `python -m bench.measure KIND 'JSON settings'`.
+
+Each measurement runs in its own process (bench/throughput.py starts them one after the other),
+so peak memory is the measurement's own and no TensorFlow state leaks between them. A
+measurement discards its warm-up steps, then times `repeats` rounds of `steps` steps and
+reports the median images/sec. The result is one JSON line on stdout.
+
+Kinds: matmul_peak, ours, keras, pipeline.
+"""
+
+import json
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+tf1 = tf.compat.v1
+NUM_CLASSES = 1001
+
+
+def peak_memory_mb():
+    """This process's peak resident memory in MB."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def timed_rounds(run_steps, warmup, steps, repeats):
+    """Runs `run_steps(warmup)` once untimed, then `repeats` timed rounds of `steps`; returns
+    the seconds of each round."""
+    run_steps(warmup)
+    rounds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run_steps(steps)
+        rounds.append(time.perf_counter() - start)
+    return rounds
+
+
+def images_per_sec(rounds, images_per_round):
+    """Median images/sec over rounds, and every round's value."""
+    values = [images_per_round / seconds for seconds in rounds]
+    return statistics.median(values), values
+
+
+def matmul_peak(settings):
+    """fp32 matrix-multiply throughput of this machine in GFLOP/s (the MFU denominator)."""
+    size = settings.get("matmul_size", 2048)
+    with tf.Graph().as_default():
+        a = tf1.get_variable("a", [size, size], initializer=tf1.random_normal_initializer())
+        b = tf1.get_variable("b", [size, size], initializer=tf1.random_normal_initializer())
+        product = tf.reduce_sum(tf.matmul(a, b))
+        with tf1.Session(config=_config(settings)) as session:
+            session.run(tf1.global_variables_initializer())
+            rounds = timed_rounds(lambda n: [session.run(product) for _ in range(n)], 3,
+                                  settings.get("matmul_steps", 10), settings["repeats"])
+    flops = 2.0 * size ** 3 * settings.get("matmul_steps", 10)
+    gflops = [flops / seconds / 1e9 for seconds in rounds]
+    return {"gflops": statistics.median(gflops), "rounds": gflops}
+
+
+def ours(settings):
+    """Our training step (towers, averaging, EMA, batch-norm updates) on synthetic input."""
+    from inception import model  # pylint: disable=import-outside-toplevel
+    from inception import train_graph  # pylint: disable=import-outside-toplevel
+    batch, size, towers = settings["batch_size"], settings["image_size"], settings["towers"]
+    model_settings = model.ModelSettings(NUM_CLASSES, size, settings["depth_multiplier"],
+                                         "synthetic")
+    graph = tf.Graph()
+    with graph.as_default():
+        input_batch = synthetic_input(batch, size)
+        optimization = train_graph.OptimizationSettings(batch_size=batch,
+                                                        examples_per_epoch=1_281_167)
+        built = train_graph.build_train_graph(
+            input_batch, lambda decay: model.make_model_fn(model_settings, decay),
+            optimization, [f"/cpu:{i}" for i in range(towers)])
+        train_op = built.stages[0].train_op
+        flops_per_image = count_flops(graph) / batch
+        init = (tf1.global_variables_initializer(), tf1.local_variables_initializer(),
+                input_batch.initializer)
+    config = _config(settings)
+    config.device_count["CPU"] = towers
+    with tf1.Session(graph=graph, config=config) as session:
+        session.run(init)
+        rounds = timed_rounds(lambda n: [session.run(train_op) for _ in range(n)],
+                              settings["warmup"], settings["steps"], settings["repeats"])
+    median, values = images_per_sec(rounds, batch * settings["steps"])
+    return {"images_per_sec": median, "rounds": values,
+            "train_flops_per_image": flops_per_image}
+
+
+def synthetic_input(batch, size):
+    """An InputBatch repeating one random batch held in memory (no decoding cost)."""
+    from inception import input_pipeline  # pylint: disable=import-outside-toplevel
+    rng = np.random.RandomState(0)
+    images = rng.uniform(-1, 1, size=(batch, size, size, 3)).astype(np.float32)
+    labels = rng.randint(1, NUM_CLASSES, size=batch).astype(np.int32)
+    dataset = tf.data.Dataset.from_tensors((images, labels)).repeat()
+    iterator = tf1.data.make_initializable_iterator(dataset)
+    image_batch, label_batch = iterator.get_next()
+    return input_pipeline.InputBatch(images=image_batch, labels=label_batch,
+                                     corrupt_records=tf.constant(0, tf.int64),
+                                     initializer=iterator.initializer)
+
+
+def count_flops(graph):
+    """Floating-point operations of one run of every op in `graph` (forward and backward),
+    from TensorFlow's per-op statistics (convolutions, matmuls and their gradients dominate)."""
+    options = tf1.profiler.ProfileOptionBuilder.float_operation()
+    options["output"] = "none"
+    return tf1.profiler.profile(graph, options=options).total_float_ops
+
+
+def keras(settings):
+    """keras.applications.InceptionV3 trained with `fit` on the same synthetic batch."""
+    batch, size = settings["batch_size"], settings["image_size"]
+    tf.config.threading.set_intra_op_parallelism_threads(settings.get("intra_op_threads", 0))
+    model = tf.keras.applications.InceptionV3(weights=None, input_shape=(size, size, 3),
+                                              classes=NUM_CLASSES)
+    model.compile(optimizer=tf.keras.optimizers.RMSprop(0.1, rho=0.9, momentum=0.9,
+                                                        epsilon=1.0),
+                  loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=False))
+    rng = np.random.RandomState(0)
+    images = rng.uniform(-1, 1, size=(batch, size, size, 3)).astype(np.float32)
+    labels = rng.randint(1, NUM_CLASSES, size=batch).astype(np.int32)
+    dataset = tf.data.Dataset.from_tensors((images, labels)).repeat()
+
+    def run_steps(n):
+        model.fit(dataset, steps_per_epoch=n, epochs=1, verbose=0)
+    rounds = timed_rounds(run_steps, settings["warmup"], settings["steps"], settings["repeats"])
+    median, values = images_per_sec(rounds, batch * settings["steps"])
+    return {"images_per_sec": median, "rounds": values}
+
+
+def pipeline(settings):
+    """The training input pipeline alone: real JPEG decoding and the original distortions.
+
+    With `threads` = 1 the pipeline gets a private one-thread pool (images/sec per core);
+    0 lets tf.data use every core.
+    """
+    from inception import input_pipeline  # pylint: disable=import-outside-toplevel
+    shards = jpeg_shards(settings.get("pipeline_images", 256), settings["work_dir"])
+    batch = settings["batch_size"]
+    with tf.Graph().as_default():
+        input_batch = input_pipeline.build_train_input(
+            shards, batch, settings["image_size"], NUM_CLASSES, seed=1,
+            threads=settings.get("threads", 0))
+        with tf1.Session(config=_config(settings)) as session:
+            session.run([tf1.local_variables_initializer(), input_batch.initializer])
+            rounds = timed_rounds(
+                lambda n: [session.run(input_batch.images.op) for _ in range(n)],
+                settings["warmup"], settings["steps"], settings["repeats"])
+    median, values = images_per_sec(rounds, batch * settings["steps"])
+    return {"images_per_sec": median, "rounds": values}
+
+
+def jpeg_shards(count, work_dir):
+    """Shards of `count` ImageNet-sized JPEGs (about 500x375, smooth random content)."""
+    from data import tfrecord_format  # pylint: disable=import-outside-toplevel
+    from PIL import Image  # pylint: disable=import-outside-toplevel
+    import io  # pylint: disable=import-outside-toplevel
+    path = os.path.join(work_dir, tfrecord_format.shard_name("train", 0, 1))
+    if os.path.exists(path):
+        return [path]
+    rng = np.random.RandomState(0)
+    temporary = path + ".partial"
+    with tf.io.TFRecordWriter(temporary) as writer:
+        for index in range(count):
+            height, width = int(rng.randint(333, 400)), int(rng.randint(450, 500))
+            coarse = rng.randint(0, 256, size=(height // 16 + 1, width // 16 + 1, 3))
+            image = Image.fromarray(coarse.astype(np.uint8)).resize((width, height),
+                                                                     Image.BICUBIC)
+            buffer = io.BytesIO()
+            image.save(buffer, format="JPEG", quality=90)
+            record = tfrecord_format.ImageRecord(
+                encoded_jpeg=buffer.getvalue(), label=index % 1000 + 1, text="x",
+                height=height, width=width, filename=f"{index}.jpg")
+            writer.write(tfrecord_format.make_example(record).SerializeToString())
+    os.replace(temporary, path)
+    return [path]
+
+
+def _config(settings):
+    return tf1.ConfigProto(intra_op_parallelism_threads=settings.get("intra_op_threads", 0),
+                           inter_op_parallelism_threads=settings.get("inter_op_threads", 0))
+
+
+MEASUREMENTS = {"matmul_peak": matmul_peak, "ours": ours, "keras": keras, "pipeline": pipeline}
+
+
+def main(argv):
+    """Runs the measurement argv[1] with the JSON settings argv[2]; prints one JSON line."""
+    kind, settings = argv[1], json.loads(argv[2])
+    settings.setdefault("work_dir", tempfile.gettempdir())
+    result = MEASUREMENTS[kind](settings)
+    result["peak_memory_mb"] = peak_memory_mb()
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,185 @@
+"""`bazel run //bench:throughput -- --output_json=PATH`: our trainer against Keras, side by side.
+
+Runs, one after the other on this machine, each in its own process: the fp32 matmul peak, our
+training step with N towers and with 1 tower, keras.applications.InceptionV3 with `fit`, and
+the input pipeline alone (per core and with every core). Same image size, global batch and
+synthetic input for every training measurement. Writes the JSON report and a PNG plot of
+images/sec by configuration. Run by hand; results go in the README.
+"""
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+
+from absl import app
+from absl import flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("output_json", "bench_results.json", "Where to write the report.")
+flags.DEFINE_string("output_plot", "", "PNG plot path (default: the report's path, .png).")
+flags.DEFINE_integer("image_size", 299, "Input height and width.")
+flags.DEFINE_integer("batch_size", 16, "Global batch size of every training measurement.")
+flags.DEFINE_integer("towers", 2, "Towers of the multi-tower measurement.")
+flags.DEFINE_float("depth_multiplier", 1.0, "Our model's depth multiplier (Keras has none; "
+                   "keep 1.0 for a fair comparison).")
+flags.DEFINE_integer("warmup", 3, "Steps discarded before timing.")
+flags.DEFINE_integer("steps", 3, "Steps per timed round.")
+flags.DEFINE_integer("repeats", 5, "Timed rounds; the median is reported.")
+flags.DEFINE_integer("pipeline_images", 256, "Distinct JPEGs the pipeline measurement cycles.")
+flags.DEFINE_integer("timeout_secs", 1800, "Give up on one measurement after this long.")
+flags.DEFINE_list("skip", [], "Measurements to leave out (matmul_peak, ours, ours_1_tower, "
+                  "keras, pipeline_1_thread, pipeline); their keys are then null.")
+
+
+def machine_details():
+    """CPU model, core count, Python and TensorFlow versions."""
+    model = platform.processor() or "unknown"
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    versions = subprocess.run([sys.executable, "-c", "import tensorflow as tf, keras; "
+                               "print(tf.__version__, keras.__version__)"],
+                              capture_output=True, text=True, check=False,
+                              env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")).stdout.split()
+    return {"cpu": model, "cores": os.cpu_count(), "python": platform.python_version(),
+            "tensorflow": versions[0] if versions else "?",
+            "keras": versions[1] if len(versions) > 1 else "?"}
+
+
+def measure(kind, settings, log):
+    """Runs bench.measure KIND in a fresh process; returns its result dict."""
+    log(f"measuring {kind} {json.dumps({k: v for k, v in settings.items() if k != 'work_dir'})}")
+    command = [sys.executable, "-m", "bench.measure", kind, json.dumps(settings)]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    completed = subprocess.run(command, capture_output=True, text=True, env=env, check=False,
+                               timeout=FLAGS.timeout_secs)
+    for line in completed.stdout.splitlines():
+        if line.startswith("RESULT "):
+            result = json.loads(line[len("RESULT "):])
+            log(f"  -> {summarize(result)}")
+            return result
+    raise RuntimeError(f"measurement {kind} failed (exit {completed.returncode}): "
+                       f"{completed.stderr.strip().splitlines()[-1:]}")
+
+
+def summarize(result):
+    """One short line for the log."""
+    if "gflops" in result:
+        return f"{result['gflops']:.1f} GFLOP/s"
+    return f"{result['images_per_sec']:.2f} images/sec, peak {result['peak_memory_mb']:.0f} MB"
+
+
+def run_all(log):
+    """Every measurement of the report, in one run; returns the report dict."""
+    common = {"image_size": FLAGS.image_size, "batch_size": FLAGS.batch_size,
+              "warmup": FLAGS.warmup, "steps": FLAGS.steps, "repeats": FLAGS.repeats,
+              "work_dir": tempfile.mkdtemp(prefix="inception_bench_")}
+    plan = {
+        "matmul_peak": ("matmul_peak", {}),
+        "ours": ("ours", {"towers": FLAGS.towers, "depth_multiplier": FLAGS.depth_multiplier}),
+        "ours_1_tower": ("ours", {"towers": 1, "depth_multiplier": FLAGS.depth_multiplier}),
+        "keras": ("keras", {}),
+        "pipeline_1_thread": ("pipeline", {"threads": 1,
+                                           "pipeline_images": FLAGS.pipeline_images}),
+        "pipeline": ("pipeline", {"threads": 0, "pipeline_images": FLAGS.pipeline_images}),
+    }
+    results = {name: (None if name in FLAGS.skip else measure(kind, {**common, **extra}, log))
+               for name, (kind, extra) in plan.items()}
+    return build_report(results)
+
+
+def _ratio(numerator, denominator):
+    return numerator / denominator if numerator and denominator else None
+
+
+def build_report(results):
+    """The report's keys from the raw measurements (None where a measurement was skipped)."""
+    def rate(name):
+        return results[name]["images_per_sec"] if results.get(name) else None
+
+    ours = rate("ours")
+    flops = results["ours"]["train_flops_per_image"] if results.get("ours") else None
+    peak = results["matmul_peak"]["gflops"] if results.get("matmul_peak") else None
+    report = {
+        "ours_images_per_sec": ours,
+        "ours_1_tower_images_per_sec": rate("ours_1_tower"),
+        "keras_images_per_sec": rate("keras"),
+        "speedup_vs_keras": _ratio(ours, rate("keras")),
+        "train_gflops_per_image": flops / 1e9 if flops else None,
+        "matmul_peak_gflops": peak,
+        "mfu": _ratio(ours * flops / 1e9 if ours and flops else None, peak),
+        "tower_overhead": (1.0 - ours / rate("ours_1_tower")) if ours and rate("ours_1_tower")
+        else None,
+        "pipeline_images_per_sec": rate("pipeline"),
+        "pipeline_images_per_sec_per_core": rate("pipeline_1_thread"),
+        "pipeline_headroom": _ratio(rate("pipeline"), ours),
+        "peak_memory_mb": {name: result["peak_memory_mb"] for name, result in results.items()
+                           if result},
+        "settings": {"image_size": FLAGS.image_size, "batch_size": FLAGS.batch_size,
+                     "towers": FLAGS.towers, "depth_multiplier": FLAGS.depth_multiplier,
+                     "warmup_steps_discarded": FLAGS.warmup, "steps_per_round": FLAGS.steps,
+                     "rounds": FLAGS.repeats, "statistic": "median"},
+        "rounds": {name: result.get("rounds") for name, result in results.items() if result},
+        "machine": machine_details(),
+    }
+    return report
+
+
+def write_plot(report, path):
+    """A bar chart of images/sec by configuration."""
+    import matplotlib  # pylint: disable=import-outside-toplevel
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+    bars = [(f"ours, {report['settings']['towers']} towers", report["ours_images_per_sec"],
+             "#1f77b4"),
+            ("ours, 1 tower", report["ours_1_tower_images_per_sec"], "#6baed6"),
+            ("Keras fit", report["keras_images_per_sec"], "#ff7f0e"),
+            ("input pipeline", report["pipeline_images_per_sec"], "#2ca02c")]
+    bars = [(name, value, colour) for name, value, colour in bars if value]
+    figure, axes = plt.subplots(figsize=(7, 3.5))
+    axes.barh([name for name, _, _ in bars], [value for _, value, _ in bars],
+              color=[colour for _, _, colour in bars])
+    axes.set_xscale("log")
+    axes.set_xlabel("images/sec (log scale)")
+    settings = report["settings"]
+    axes.set_title(f"Inception v3, {settings['image_size']} px, batch {settings['batch_size']}, "
+                   f"{report['machine']['cores']} cores")
+    for index, (_, value, _) in enumerate(bars):
+        axes.text(value, index, f" {value:.1f}", va="center")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+def main(argv):
+    from inception import cli  # pylint: disable=import-outside-toplevel
+    if len(argv) > 1:
+        cli.fail(f"unexpected arguments {argv[1:]}")
+    output = cli.user_path(FLAGS.output_json)
+    plot = cli.user_path(FLAGS.output_plot) or os.path.splitext(output)[0] + ".png"
+    try:
+        report = run_all(cli.log)
+    except (RuntimeError, subprocess.TimeoutExpired) as error:
+        cli.fail(error)
+    os.makedirs(os.path.dirname(output) or ".", exist_ok=True)
+    with open(output, "w", encoding="utf-8") as handle:
+        json.dump(report, handle, indent=2)
+    write_plot(report, plot)
+    for key in ("ours_images_per_sec", "keras_images_per_sec", "speedup_vs_keras", "mfu",
+                "tower_overhead", "pipeline_headroom"):
+        value = report[key]
+        cli.log(f"{key:>22}: " + ("skipped" if value is None else f"{value:.3f}"))
+    cli.log(f"report: {output}  plot: {plot}")
+
+
+if __name__ == "__main__":
+    from inception import cli as _cli  # noqa: E402  pylint: disable=ungrouped-imports
+    app.run(main, flags_parser=_cli.parse_flags)

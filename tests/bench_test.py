@@ -1,0 +1,45 @@
+"""The throughput benchmark runs on a tiny configuration and writes every key (not timed)."""
+
+import json
+import os
+import subprocess
+import sys
+import unittest
+
+from tests import testing_utils
+
+KEYS = ("ours_images_per_sec", "ours_1_tower_images_per_sec", "keras_images_per_sec",
+        "speedup_vs_keras", "train_gflops_per_image", "matmul_peak_gflops", "mfu",
+        "tower_overhead", "pipeline_images_per_sec", "pipeline_images_per_sec_per_core",
+        "pipeline_headroom")
+
+
+class ThroughputBenchmarkTest(unittest.TestCase):
+
+    def test_tiny_run_writes_every_key_and_a_plot(self):
+        output = os.path.join(testing_utils.temp_dir("bench"), "report.json")
+        completed = subprocess.run(
+            [sys.executable, "-m", "bench.throughput", f"--output_json={output}",
+             "--image_size=75", "--batch_size=2", "--warmup=1", "--steps=1", "--repeats=2",
+             "--pipeline_images=8", "--depth_multiplier=0.1"],
+            capture_output=True, text=True, timeout=1200, check=False,
+            env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+        self.assertEqual(completed.returncode, 0, completed.stderr[-3000:])
+        with open(output, encoding="utf-8") as handle:
+            report = json.load(handle)
+        for key in KEYS:
+            self.assertIsInstance(report[key], float, key)
+        self.assertGreater(report["ours_images_per_sec"], 0.0)
+        self.assertAlmostEqual(report["speedup_vs_keras"],
+                               report["ours_images_per_sec"] / report["keras_images_per_sec"])
+        self.assertEqual(sorted(report["peak_memory_mb"]),
+                         sorted(["matmul_peak", "ours", "ours_1_tower", "keras",
+                                 "pipeline_1_thread", "pipeline"]))
+        self.assertEqual(len(report["rounds"]["ours"]), 2)
+        self.assertIn("cpu", report["machine"])
+        with open(output[:-len(".json")] + ".png", "rb") as handle:
+            self.assertEqual(handle.read(8), b"\x89PNG\r\n\x1a\n")
+
+
+if __name__ == "__main__":
+    unittest.main()

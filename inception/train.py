@@ -1,19 +1,24 @@
 """`bazel run //inception:train`: multi-tower Inception v3 training.
 
 With no flags it trains the embedded demo data set with 2 towers in a few minutes on a CPU.
-Flags follow the original tensorflow/models inception_train.py where it had them.
+Flags follow the original tensorflow/models inception_train.py where it had them, and
+imagenet_distributed_train.py for training on several machines (--job_name, --task_id,
+--ps_hosts, --worker_hosts, --num_replicas_to_aggregate).
 """
 
 from inception import cli
 
 cli.quiet_tensorflow()
 
+import os  # noqa: E402  pylint: disable=wrong-import-position
 import signal  # noqa: E402  pylint: disable=wrong-import-position
+import sys  # noqa: E402  pylint: disable=wrong-import-position
 
 from absl import app  # noqa: E402  pylint: disable=wrong-import-position
 from absl import flags  # noqa: E402  pylint: disable=wrong-import-position
 
 from inception import datasets  # noqa: E402  pylint: disable=wrong-import-position
+from inception import distributed  # noqa: E402  pylint: disable=wrong-import-position
 from inception import train_loop  # noqa: E402  pylint: disable=wrong-import-position
 from inception import training  # noqa: E402  pylint: disable=wrong-import-position
 
@@ -69,9 +74,29 @@ flags.DEFINE_list("checkpoint_exclude_scopes", [], "Variable scopes not restored
                   "--pretrained_model_checkpoint_path.")
 flags.DEFINE_integer("intra_op_threads", 0, "Threads inside one op (0: TensorFlow decides).")
 flags.DEFINE_integer("inter_op_threads", 0, "Ops run at once (0: TensorFlow decides).")
+flags.DEFINE_enum("job_name", "", ("", "ps", "worker"), "Training on several machines: this "
+                  "task's job, ps (parameter server) or worker; empty: this machine alone.")
+flags.DEFINE_integer("task_id", 0, "Index of this task in --ps_hosts or --worker_hosts; "
+                     "worker 0 is the chief (initializes the model, writes every file).")
+flags.DEFINE_list("ps_hosts", [], "Parameter servers, host:port,host:port,...")
+flags.DEFINE_list("worker_hosts", [], "Workers, host:port,host:port,...")
+flags.DEFINE_integer("num_replicas_to_aggregate", None, "Gradients averaged into each "
+                     "synchronous update (default: one from every worker; fewer lets an update "
+                     "go ahead without the slowest workers).")
+flags.DEFINE_float("startup_timeout_secs", 600, "Longest a task waits for the others to come "
+                   "up (and a worker for the chief to initialize the model).")
+flags.DEFINE_float("step_timeout_secs", 600, "Longest a worker waits for one synchronous step "
+                   "before it stops with an error naming the tasks that do not answer.")
 
 
-def options_from_flags():
+def cluster_from_flags():
+    """distributed.ClusterSettings from the cluster flags, or None for one machine."""
+    return distributed.cluster_settings(
+        FLAGS.job_name, FLAGS.task_id, FLAGS.ps_hosts, FLAGS.worker_hosts,
+        FLAGS.num_replicas_to_aggregate, FLAGS.startup_timeout_secs, FLAGS.step_timeout_secs)
+
+
+def options_from_flags(cluster=None):
     """TrainOptions from the parsed flags (paths taken relative to the caller's directory)."""
     return training.TrainOptions(
         train_dir=cli.user_path(FLAGS.train_dir), data_dir=cli.user_path(FLAGS.data_dir),
@@ -93,29 +118,68 @@ def options_from_flags():
         training_plan=cli.user_path(FLAGS.training_plan),
         pretrained_model_checkpoint_path=cli.user_path(FLAGS.pretrained_model_checkpoint_path),
         fine_tune=FLAGS.fine_tune,
-        checkpoint_exclude_scopes=tuple(FLAGS.checkpoint_exclude_scopes))
+        checkpoint_exclude_scopes=tuple(FLAGS.checkpoint_exclude_scopes), cluster=cluster)
 
 
 def print_next_steps(train_dir, result):
     """Where the results are and what to run next."""
     cli.log(f"Checkpoints and TensorBoard events: {train_dir} (last: {result.checkpoint})")
-    cli.log(f"  watch training:  tensorboard --logdir={train_dir}   (then open "
+    cli.log(f"  watch training:  bin/tensorboard --logdir={train_dir}   (then open "
             "http://localhost:6006)")
     cli.log(f"  evaluate:        bin/bazel run //inception:eval -- --checkpoint_dir={train_dir} "
             "--run_once")
 
 
+def exit_now(message):
+    """Last resort when TensorFlow hangs past its own timeout: one line, then exit at once (a
+    normal exit would wait for the stuck call)."""
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    os._exit(1)  # pylint: disable=protected-access
+
+
+def serve_parameters(cluster):
+    """The parameter-server task: serves variables until every worker is done."""
+    try:
+        signal_number = distributed.run_parameter_server(cluster, log=cli.log)
+    except distributed.ClusterError as error:
+        cli.fail(error)
+    if signal_number is not None:
+        raise SystemExit(128 + signal_number)
+
+
+def report_worker_end(options, result):
+    """What a worker of a cluster prints at its end (the chief also where the files are)."""
+    if options.cluster.is_chief:
+        print_next_steps(options.train_dir, result)
+    if result.stopped_by_peer and result.stopped_by_signal is None:
+        saved = f"; the chief saved {result.checkpoint}" if options.cluster.is_chief else ""
+        cli.fail(f"training stopped at step {result.step} because another task of the cluster "
+                 f"stopped (see its log){saved}; start every task again to resume.")
+    cli.log(f"worker {options.cluster.task_id} done at step {result.step}.")
+
+
 def main(argv):
     if len(argv) > 1:
         cli.fail(f"unexpected arguments {argv[1:]}; flags look like --max_steps=100.")
-    options = options_from_flags()
     try:
-        result = training.train(options, log=cli.log)
-    except train_loop.NonFiniteLossError as error:
+        cluster = cluster_from_flags()
+    except ValueError as error:
+        cli.fail(error, code=2)
+    if cluster is not None and cluster.job_name == "ps":
+        serve_parameters(cluster)
+        return
+    options = options_from_flags(cluster)
+    try:
+        result = training.train(options, log=cli.log, on_stuck=exit_now)
+    except (train_loop.NonFiniteLossError, distributed.ClusterError,
+            distributed.DivergedError) as error:
         cli.fail(error)
     except ValueError as error:
         cli.fail(error)
-    print_next_steps(options.train_dir, result)
+    if cluster is not None:
+        report_worker_end(options, result)
+    else:
+        print_next_steps(options.train_dir, result)
     if result.stopped_by_signal is not None:
         cli.log(f"stopped by {signal.Signals(result.stopped_by_signal).name} at step "
                 f"{result.step}; run the same command to resume.")

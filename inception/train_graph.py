@@ -96,7 +96,7 @@ def learning_rate_schedule(settings, global_step):
 
 
 def build_train_graph(input_batch, make_model_fn, optimization, tower_devices, plan=None,
-                      histograms=False):
+                      histograms=False, wrap_optimizer=None):
     """Builds the towers once and one train op per stage of `plan`, in the default graph.
 
     Args:
@@ -107,6 +107,9 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices, p
       tower_devices: one device name per tower, e.g. ['/cpu:0', '/cpu:1'].
       plan: stages.TrainingPlan; None trains everything in one stage.
       histograms: add gradient and variable histograms to the summaries (costly).
+      wrap_optimizer: optional callable(optimizer, moving_average, variables) -> an optimizer
+        whose apply_gradients also updates `moving_average` of `variables` (distributed.py:
+        synchronous replicas, whose chief applies both once per global step).
 
     Returns:
       TrainGraph. Raises stages.PlanError when a stage selects no variable or its loss
@@ -130,7 +133,7 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices, p
         moving_average.apply(tf1.trainable_variables())
     shared = _SharedParts(towers, regularization, schedule, bn_decay, global_step,
                           moving_average, towers_lib.batch_norm_updates(towers), input_batch,
-                          histograms, len(plan.stages) == 1)
+                          histograms, len(plan.stages) == 1, wrap_optimizer)
     stage_ops = [_build_stage(stage, index, shared) for index, stage in enumerate(plan.stages)]
     return TrainGraph(global_step=global_step, plan=plan, stages=stage_ops,
                       corrupt_records=input_batch.corrupt_records,
@@ -156,6 +159,7 @@ class _SharedParts:
     input_batch: object
     histograms: bool
     single_stage: bool
+    wrap_optimizer: object = None
 
 
 def _build_stage(stage, index, shared):
@@ -180,16 +184,24 @@ def _build_stage(stage, index, shared):
             learning_rate = (shared.schedule if stage.learning_rate is None
                              else tf.constant(stage.learning_rate, name="learning_rate"))
             optimizer = stages_lib.make_optimizer(stage, learning_rate, shared.single_stage)
-            apply_op = optimizer.apply_gradients(gradients.grads_and_vars,
-                                                 global_step=shared.global_step)
-            with tf.control_dependencies([apply_op]):
-                average_op = shared.moving_average.apply(trained)
-            train_op = tf.group(apply_op, average_op, *shared.bn_updates, name="train_op")
+            update_ops = _update_ops(optimizer, gradients.grads_and_vars, trained, shared)
+            train_op = tf.group(*update_ops, *shared.bn_updates, name="train_op")
         summary_op = _summaries(shared, stage, index, tower_totals, mean_loss, learning_rate,
                                 gradients.grads_and_vars)
     return StageOps(stage=stage, train_op=train_op, tower_losses=tower_losses,
                     mean_loss=mean_loss, learning_rate=learning_rate, summary_op=summary_op,
                     variables=[v.op.name for v in trained], skipped=gradients.skipped)
+
+
+def _update_ops(optimizer, grads_and_vars, trained, shared):
+    """Ops applying the averaged gradients and then the moving averages of `trained`."""
+    if shared.wrap_optimizer is not None:
+        wrapped = shared.wrap_optimizer(optimizer, shared.moving_average, trained)
+        return [wrapped.apply_gradients(grads_and_vars, global_step=shared.global_step)]
+    apply_op = optimizer.apply_gradients(grads_and_vars, global_step=shared.global_step)
+    with tf.control_dependencies([apply_op]):
+        average_op = shared.moving_average.apply(trained)
+    return [apply_op, average_op]
 
 
 def scalar_summary(tag, value):

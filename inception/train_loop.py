@@ -4,6 +4,7 @@ It runs a `TrainGraph` built by a callable (so tests can run the real loop on sm
 and owns everything with side effects: files in `train_dir` and the log.
 """
 
+import contextlib
 import dataclasses
 import datetime
 import math
@@ -52,11 +53,79 @@ class LoopSettings:
 
 @dataclasses.dataclass
 class TrainResult:
-    """How a run ended: its last step, last checkpoint, and the signal that stopped it if any."""
+    """How a run ended: its last step, last checkpoint, and the signal that stopped it if any.
+
+    stopped_by_peer: another task of a cluster ended the run before max_steps (distributed).
+    """
     step: int
     checkpoint: str = None
     stopped_by_signal: int = None
     last_mean_loss: float = float("nan")
+    stopped_by_peer: bool = False
+
+
+class PeerStopped(Exception):
+    """Raised by `Replica.run_step` when the cluster's training ended; `step` is the global step
+    it ended at (another task stopped it, or max_steps was reached)."""
+
+    def __init__(self, step):
+        super().__init__(f"training ended by another task at step {step}")
+        self.step = step
+
+
+class Replica:
+    """How `run_training` takes part in training: the single-machine behaviour.
+
+    distributed.ClusterWorker overrides these hooks for one worker task of a cluster (shared
+    variables, synchronous updates, only the chief writing files); every hook here is the plain
+    one-machine step.
+    """
+    is_chief = True
+
+    def device_scope(self):
+        """Context manager around the whole graph build (places variables)."""
+        return contextlib.nullcontext()
+
+    def build(self, train_graph):
+        """Adds the replica's own ops to the default graph, after the training graph."""
+        del train_graph
+
+    def open_session(self, graph, session_config):
+        """A tf.compat.v1.Session running `graph`."""
+        return tf1.Session(graph=graph, config=session_config)
+
+    def wait_until_ready(self, session):
+        """Non-chief only: waits for the chief to initialize the model; returns the step."""
+        raise NotImplementedError("only a non-chief replica waits for the chief")
+
+    def begin(self, session):
+        """Runs once the variables are initialized or restored and the local ones too."""
+        del session
+
+    def run_step(self, session, fetches, step):
+        """Runs one training step; returns (fetched values, the step reached)."""
+        return session.run(fetches), step + 1
+
+    def before_save(self, session):
+        """Runs before each checkpoint (may raise to refuse it)."""
+        del session
+
+    def finish(self, session):
+        """Runs when the loop ends, however it ends (best effort, must not raise)."""
+        del session
+
+
+class _NoSummaryWriter:
+    """Stands in for the FileWriter on replicas that write no files."""
+
+    def add_summary(self, summary, step):
+        del summary, step
+
+    def flush(self):
+        pass
+
+    def close(self):
+        pass
 
 
 def timestamped(message):
@@ -64,7 +133,8 @@ def timestamped(message):
     return f"{datetime.datetime.now():%Y-%m-%d %H:%M:%S}: {message}"
 
 
-def run_training(build_graph, session_config, settings, make_initializer=None, log=print):
+def run_training(build_graph, session_config, settings, make_initializer=None, log=print,
+                 replica=None):
     """Builds the graph with `build_graph()` and trains until `settings.max_steps`.
 
     Resumes from the newest checkpoint in `settings.train_dir` when there is one; otherwise
@@ -80,44 +150,67 @@ def run_training(build_graph, session_config, settings, make_initializer=None, l
       settings: LoopSettings.
       make_initializer: optional callable() -> callable(session), for a fresh start only.
       log: callable(str) for progress lines.
+      replica: Replica; None trains on this machine alone. A non-chief replica neither reads
+        nor writes `train_dir`: it waits for the chief to initialize the shared variables.
 
     Returns:
       TrainResult.
     """
-    os.makedirs(settings.train_dir, exist_ok=True)
-    checkpoint = checkpoints.latest_checkpoint(settings.train_dir)
+    replica = replica or Replica()
+    if replica.is_chief:
+        os.makedirs(settings.train_dir, exist_ok=True)
+    checkpoint = checkpoints.latest_checkpoint(settings.train_dir) if replica.is_chief else None
     graph = tf.Graph()
-    with graph.as_default():
+    with graph.as_default(), replica.device_scope():
         train_graph = build_graph()
         saved_variables = {v.op.name: v for v in tf1.global_variables()}
         saver = tf1.train.Saver(saved_variables, max_to_keep=settings.keep_checkpoints,
                                 name="saver")
-        if checkpoint:
+        if not replica.is_chief:
+            start = replica.wait_until_ready
+        elif checkpoint:
             start = _prepare_resume(checkpoint, train_graph, saved_variables, log)
         else:
             start = _prepare_fresh_start(train_graph, make_initializer)
         local_init = tf1.local_variables_initializer()
+        replica.build(train_graph)
         graph.finalize()
     for name in train_graph.skipped_variables:
         log(f"note: no loss reaches variable {name}; it is left out of the update.")
     end_step = min(settings.max_steps, train_graph.plan.total_steps or settings.max_steps)
-    with tf1.Session(graph=graph, config=session_config) as session:
-        step = start(session)
-        if checkpoint:
-            log(timestamped(f"resumed from {checkpoint} (step {step})"))
-        session.run([local_init, train_graph.input_initializer])
-        if step >= end_step:
-            log(f"{settings.train_dir} is already at step {step}, the end of this run "
-                f"(--max_steps={settings.max_steps}); nothing to train. Raise --max_steps or "
-                "use a new --train_dir.")
-            return TrainResult(step=step, checkpoint=checkpoint)
-        writer = tf1.summary.FileWriter(settings.train_dir, graph if checkpoint is None else None)
+    with replica.open_session(graph, session_config) as session:
         try:
-            return _loop(session, saver, writer, train_graph,
-                         dataclasses.replace(settings, max_steps=end_step), step, checkpoint,
-                         log)
+            step = start(session)
+            if checkpoint:
+                log(timestamped(f"resumed from {checkpoint} (step {step})"))
+            session.run([local_init, train_graph.input_initializer])
+            replica.begin(session)
+            if step >= end_step:
+                log(f"{settings.train_dir} is already at step {step}, the end of this run "
+                    f"(--max_steps={settings.max_steps}); nothing to train. Raise --max_steps "
+                    "or use a new --train_dir.")
+                return TrainResult(step=step, checkpoint=checkpoint)
+            return _train_until(end_step, session, saver, train_graph, settings, step,
+                                checkpoint, replica, log)
         finally:
-            writer.close()
+            replica.finish(session)
+
+
+def _train_until(end_step, session, saver, train_graph, settings, step, checkpoint, replica,
+                 log):
+    settings = dataclasses.replace(settings, max_steps=end_step)
+    if replica.is_chief:
+        writer = tf1.summary.FileWriter(settings.train_dir,
+                                        session.graph if checkpoint is None else None)
+    else:
+        writer = _NoSummaryWriter()
+        settings = dataclasses.replace(settings, save_summaries_steps=0, save_summaries_secs=0,
+                                       save_checkpoint_steps=0, save_interval_secs=0)
+    try:
+        return _loop(session, saver, writer, train_graph, settings, step, checkpoint, replica,
+                     log)
+    finally:
+        writer.close()
 
 
 def _prepare_fresh_start(train_graph, make_initializer):
@@ -171,7 +264,7 @@ def _prepare_resume(checkpoint, train_graph, saved_variables, log):
     return start
 
 
-def _loop(session, saver, writer, graph, settings, step, checkpoint, log):
+def _loop(session, saver, writer, graph, settings, step, checkpoint, replica, log):
     now = time.time()
     log_cadence = Cadence(settings.log_every_n_steps, start_step=step, start_time=now)
     summary_cadence = Cadence(settings.save_summaries_steps, settings.save_summaries_secs,
@@ -182,7 +275,9 @@ def _loop(session, saver, writer, graph, settings, step, checkpoint, log):
     saved_step = step
     result = TrainResult(step=step, checkpoint=checkpoint)
     stage_index = None
-    with StopRequest(log, "saving a checkpoint after this step and stopping") as stop:
+    action = ("saving a checkpoint after this step and stopping" if replica.is_chief
+              else "stopping after this step")
+    with StopRequest(log, action) as stop:
         while step < settings.max_steps and not stop.requested:
             if graph.plan.stage_index_at(step) != stage_index:
                 stage_index = graph.plan.stage_index_at(step)
@@ -192,8 +287,12 @@ def _loop(session, saver, writer, graph, settings, step, checkpoint, log):
             fetches = {"train": ops.train_op, "losses": ops.tower_losses}
             if want_summary:
                 fetches["summary"] = ops.summary_op
-            out = session.run(fetches)
-            step += 1
+            try:
+                out, step = replica.run_step(session, fetches, step)
+            except PeerStopped as ended:
+                step = ended.step
+                result.stopped_by_peer = step < settings.max_steps
+                break
             losses = [float(value) for value in out["losses"]]
             if not all(math.isfinite(value) for value in losses):
                 writer.flush()
@@ -214,10 +313,12 @@ def _loop(session, saver, writer, graph, settings, step, checkpoint, log):
                     tag="examples_per_sec", simple_value=examples_per_sec)]), step)
                 interval_start, interval_step = now, step
             if checkpoint_cadence.check_and_mark(step, now):
+                replica.before_save(session)
                 result.checkpoint = _save(session, saver, settings.train_dir, step)
                 saved_step = step
         result.step = step
-        if step != saved_step:
+        if step != saved_step and replica.is_chief:
+            replica.before_save(session)
             result.checkpoint = _save(session, saver, settings.train_dir, step)
         result.stopped_by_signal = stop.signal_number
     return result

@@ -15,6 +15,7 @@ import tensorflow as tf
 from inception import checkpoints
 from inception import datasets
 from inception import devices
+from inception import distributed
 from inception import input_pipeline
 from inception import model
 from inception import stages
@@ -26,7 +27,10 @@ from inception.train_loop import timestamped
 
 @dataclasses.dataclass(frozen=True)
 class TrainOptions:
-    """Everything a training run takes. None means "the data set's default"."""
+    """Everything a training run takes. None means "the data set's default".
+
+    cluster: a worker task of a cluster (distributed.ClusterSettings); None: this machine alone.
+    """
     train_dir: str
     data_dir: str = ""
     dataset: str = ""
@@ -57,6 +61,7 @@ class TrainOptions:
     pretrained_model_checkpoint_path: str = ""
     fine_tune: bool = False
     checkpoint_exclude_scopes: tuple = ()
+    cluster: distributed.ClusterSettings = None
 
 
 def _pick(value, default):
@@ -93,6 +98,14 @@ def resolve_plan(options):
     return stages.plan_from_scopes(options.trainable_scopes)
 
 
+def input_seed(options):
+    """--seed for this task's input order: each worker of a cluster gets its own, or all would
+    read the same examples in the same order."""
+    if options.seed is None or options.cluster is None:
+        return options.seed
+    return options.seed + options.cluster.task_id
+
+
 def pretrained_initializer_factory(options, log):
     """make_initializer for train_loop: restore --pretrained_model_checkpoint_path, or None."""
     if not options.pretrained_model_checkpoint_path:
@@ -107,11 +120,15 @@ def pretrained_initializer_factory(options, log):
         options.pretrained_model_checkpoint_path, slim.get_model_variables(), excluded, log)
 
 
-def train(options, log=print):
+def train(options, log=print, on_stuck=None):
     """Runs training as `options` say; returns train_loop.TrainResult.
 
+    on_stuck: on a cluster, callable(message) for a TensorFlow call that outlives its own
+    timeout (see distributed.ClusterWorker); the entry point ends the process.
+
     Raises ValueError subclasses (DataError, PlacementError, CheckpointError) with a message
-    that says what to do, and train_loop.NonFiniteLossError when a tower's loss diverges.
+    that says what to do, and train_loop.NonFiniteLossError when a tower's loss diverges; on a
+    cluster also distributed.ClusterError (a task lost or late) and DivergedError.
     """
     # Stored settings bind only once a checkpoint exists: a run that failed before saving one
     # must not pin the flags of the next attempt.
@@ -132,6 +149,9 @@ def train(options, log=print):
                          f"{placement.num_towers} towers; use a multiple of "
                          f"{placement.num_towers}.")
     plan = resolve_plan(options)
+    if options.cluster is not None and len(plan.stages) > 1:
+        raise stages.PlanError("distributed training runs one-stage plans only (--trainable_scopes "
+                               "works); run each stage as its own run, one after the other.")
     make_initializer = pretrained_initializer_factory(options, log)
     shards = dataset.shards(options.subset)
     optimization = train_graph.OptimizationSettings(
@@ -141,23 +161,34 @@ def train(options, log=print):
         num_epochs_per_decay=_pick(options.num_epochs_per_decay, defaults.num_epochs_per_decay),
         learning_rate_decay_factor=options.learning_rate_decay_factor)
 
-    os.makedirs(options.train_dir, exist_ok=True)
-    checkpoints.write_stored_run(options.train_dir,
-                                 checkpoints.StoredRun(settings, dataset.data_dir))
+    is_chief = options.cluster is None or options.cluster.is_chief
+    if is_chief:
+        os.makedirs(options.train_dir, exist_ok=True)
+        checkpoints.write_stored_run(options.train_dir,
+                                     checkpoints.StoredRun(settings, dataset.data_dir))
+    batch = f"global batch {batch_size}"
+    if options.cluster is not None:
+        batch = (f"{options.cluster.describe()}; batch {batch_size} per worker, "
+                 f"{batch_size * options.cluster.replicas_to_aggregate} per update")
     log(timestamped(
         f"training {settings.dataset} ({settings.num_classes - 1} classes, {dataset.data_dir}); "
         f"Inception v3 x{settings.depth_multiplier:g} at {settings.image_size}px; "
-        f"{placement.describe()}; global batch {batch_size} "
+        f"{placement.describe()}; {batch} "
         f"({batch_size // placement.num_towers} per tower); up to step {max_steps}"))
 
+    config = devices.session_config(placement, options.intra_op_threads, options.inter_op_threads)
+    replica = (distributed.ClusterWorker(options.cluster, config, log, on_stuck)
+               if options.cluster is not None else None)
+
     def build_graph():
-        with tf.device("/cpu:0"):
+        with tf.device(replica.local_device("/cpu:0") if replica else "/cpu:0"):
             input_batch = input_pipeline.build_train_input(
                 shards, batch_size, settings.image_size, settings.num_classes,
-                seed=options.seed, strict=options.strict_input, crop=defaults.crop)
+                seed=input_seed(options), strict=options.strict_input, crop=defaults.crop)
         return train_graph.build_train_graph(
             input_batch, functools.partial(model.make_model_fn, settings), optimization,
-            placement.tower_devices, plan, options.histograms)
+            placement.tower_devices, plan, options.histograms,
+            wrap_optimizer=replica.wrap_optimizer if replica else None)
 
     loop_settings = train_loop.LoopSettings(
         train_dir=options.train_dir, max_steps=max_steps, batch_size=batch_size,
@@ -166,5 +197,10 @@ def train(options, log=print):
         save_summaries_secs=options.save_summaries_secs,
         save_checkpoint_steps=options.save_checkpoint_steps,
         save_interval_secs=options.save_interval_secs)
-    config = devices.session_config(placement, options.intra_op_threads, options.inter_op_threads)
-    return train_loop.run_training(build_graph, config, loop_settings, make_initializer, log=log)
+    try:
+        return train_loop.run_training(build_graph, config, loop_settings, make_initializer,
+                                       log=log, replica=replica)
+    except tf.errors.OpError as error:
+        if replica is None:
+            raise
+        raise replica.explain(error, "while training") from None

@@ -66,6 +66,7 @@ def matmul_peak(settings):
 
 def ours(settings):
     """Our training step (towers, averaging, EMA, batch-norm updates) on synthetic input."""
+    from inception import devices  # pylint: disable=import-outside-toplevel
     from inception import model  # pylint: disable=import-outside-toplevel
     from inception import train_graph  # pylint: disable=import-outside-toplevel
     batch, size, towers = settings["batch_size"], settings["image_size"], settings["towers"]
@@ -83,7 +84,7 @@ def ours(settings):
         flops_per_image = count_flops(graph) / batch
         init = (tf1.global_variables_initializer(), tf1.local_variables_initializer(),
                 input_batch.initializer)
-    config = _config(settings)
+    config = devices.apply_precision(_config(settings), settings.get("precision", "fp32"))
     config.device_count["CPU"] = towers
     with tf1.Session(graph=graph, config=config) as session:
         session.run(init)

@@ -17,6 +17,8 @@ import tempfile
 from absl import app
 from absl import flags
 
+from inception import devices
+
 FLAGS = flags.FLAGS
 flags.DEFINE_string("output_json", "bench_results.json", "Where to write the report.")
 flags.DEFINE_string("output_plot", "", "PNG plot path (default: the report's path, .png).")
@@ -31,7 +33,8 @@ flags.DEFINE_integer("repeats", 5, "Timed rounds; the median is reported.")
 flags.DEFINE_integer("pipeline_images", 256, "Distinct JPEGs the pipeline measurement cycles.")
 flags.DEFINE_integer("timeout_secs", 1800, "Give up on one measurement after this long.")
 flags.DEFINE_list("skip", [], "Measurements to leave out (matmul_peak, ours, ours_1_tower, "
-                  "keras, pipeline_1_thread, pipeline); their keys are then null.")
+                  "ours_bf16, keras, pipeline_1_thread, pipeline); their keys are then null. "
+                  "ours_bf16 is skipped on CPUs without bf16 instructions.")
 
 
 def machine_details():
@@ -86,12 +89,17 @@ def run_all(log):
         "matmul_peak": ("matmul_peak", {}),
         "ours": ("ours", {"towers": FLAGS.towers, "depth_multiplier": FLAGS.depth_multiplier}),
         "ours_1_tower": ("ours", {"towers": 1, "depth_multiplier": FLAGS.depth_multiplier}),
+        "ours_bf16": ("ours", {"towers": FLAGS.towers, "depth_multiplier": FLAGS.depth_multiplier,
+                               "precision": "bf16"}),
         "keras": ("keras", {}),
         "pipeline_1_thread": ("pipeline", {"threads": 1,
                                            "pipeline_images": FLAGS.pipeline_images}),
         "pipeline": ("pipeline", {"threads": 0, "pipeline_images": FLAGS.pipeline_images}),
     }
-    results = {name: (None if name in FLAGS.skip else measure(kind, {**common, **extra}, log))
+    skip = set(FLAGS.skip)
+    if not devices.cpu_supports_bf16():
+        skip.add("ours_bf16")
+    results = {name: (None if name in skip else measure(kind, {**common, **extra}, log))
                for name, (kind, extra) in plan.items()}
     return build_report(results)
 
@@ -113,6 +121,8 @@ def build_report(results):
         "ours_1_tower_images_per_sec": rate("ours_1_tower"),
         "keras_images_per_sec": rate("keras"),
         "speedup_vs_keras": _ratio(ours, rate("keras")),
+        "ours_bf16_images_per_sec": rate("ours_bf16"),
+        "speedup_vs_keras_bf16": _ratio(rate("ours_bf16"), rate("keras")),
         "train_gflops_per_image": flops / 1e9 if flops else None,
         "matmul_peak_gflops": peak,
         "mfu": _ratio(ours * flops / 1e9 if ours and flops else None, peak),
@@ -141,6 +151,7 @@ def write_plot(report, path):
     bars = [(f"ours, {report['settings']['towers']} towers", report["ours_images_per_sec"],
              "#1f77b4"),
             ("ours, 1 tower", report["ours_1_tower_images_per_sec"], "#6baed6"),
+            ("ours, bf16", report["ours_bf16_images_per_sec"], "#08306b"),
             ("Keras fit", report["keras_images_per_sec"], "#ff7f0e"),
             ("input pipeline", report["pipeline_images_per_sec"], "#2ca02c")]
     bars = [(name, value, colour) for name, value, colour in bars if value]
@@ -173,8 +184,9 @@ def main(argv):
     with open(output, "w", encoding="utf-8") as handle:
         json.dump(report, handle, indent=2)
     write_plot(report, plot)
-    for key in ("ours_images_per_sec", "keras_images_per_sec", "speedup_vs_keras", "mfu",
-                "tower_overhead", "pipeline_headroom"):
+    for key in ("ours_images_per_sec", "keras_images_per_sec", "speedup_vs_keras",
+                "ours_bf16_images_per_sec", "speedup_vs_keras_bf16", "mfu", "tower_overhead",
+                "pipeline_headroom"):
         value = report[key]
         cli.log(f"{key:>22}: " + ("skipped" if value is None else f"{value:.3f}"))
     cli.log(f"report: {output}  plot: {plot}")

@@ -84,3 +84,51 @@ def session_config(placement, intra_op_threads=0, inter_op_threads=0):
             config.gpu_options.experimental.virtual_devices.add(
                 memory_limit_mb=[float(placement.virtual_gpu_memory_mb)] * per_gpu)
     return config
+
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+def cpu_supports_bf16(cpuinfo_path="/proc/cpuinfo"):
+    """True when the CPU has bf16 matrix instructions (AVX512-BF16 or AMX-BF16)."""
+    try:
+        with open(cpuinfo_path, encoding="utf-8") as handle:
+            flags = next((line.split(":", 1)[1].split() for line in handle
+                          if line.startswith("flags")), [])
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def check_precision(precision, placement, bf16_cpu=None):
+    """Raises PlacementError when `precision` cannot speed up this placement.
+
+    bf16 uses TensorFlow's oneDNN mixed-precision rewrite, which runs on the CPU: it needs a CPU
+    with bf16 instructions and CPU towers. fp16 (with loss scaling) needs GPU towers.
+    """
+    if precision not in PRECISIONS:
+        raise PlacementError(f"--precision={precision}: use one of {', '.join(PRECISIONS)}.")
+    if precision == "bf16":
+        if placement.device_type != "cpu":
+            raise PlacementError("--precision=bf16 rewrites CPU ops only (TensorFlow 2.21 has no "
+                                 "bf16 graph rewrite for GPUs); use --precision=fp16 on GPUs.")
+        if not (cpu_supports_bf16() if bf16_cpu is None else bf16_cpu):
+            raise PlacementError("--precision=bf16 needs a CPU with AVX512-BF16 or AMX "
+                                 "instructions; this one has neither, use --precision=fp32.")
+    if precision == "fp16" and placement.device_type != "gpu":
+        raise PlacementError("--precision=fp16 needs GPU towers; on this CPU use "
+                             "--precision=bf16 (if it has bf16 instructions) or fp32.")
+
+
+def apply_precision(config, precision):
+    """Turns on TensorFlow's mixed-precision graph rewrite for `precision` in `config`.
+
+    Variables, the loss and the gradient averaging stay float32; convolutions, matmuls and
+    batch norm run in bf16 (oneDNN, CPU) or fp16 (GPU). Returns `config`.
+    """
+    rewrite = config.graph_options.rewrite_options
+    if precision == "bf16":
+        rewrite.auto_mixed_precision_onednn_bfloat16 = rewrite.ON
+    elif precision == "fp16":
+        rewrite.auto_mixed_precision = rewrite.ON
+    return config

@@ -130,10 +130,15 @@ def keras(settings):
     images = rng.uniform(-1, 1, size=(batch, size, size, 3)).astype(np.float32)
     labels = rng.randint(1, NUM_CLASSES, size=batch).astype(np.int32)
     dataset = tf.data.Dataset.from_tensors((images, labels)).repeat()
-
-    def run_steps(n):
-        model.fit(dataset, steps_per_epoch=n, epochs=1, verbose=0)
-    rounds = timed_rounds(run_steps, settings["warmup"], settings["steps"], settings["repeats"])
+    # One `fit` over every step, timed at batch ends: repeated short `fit` calls would add
+    # Keras's per-call set-up to the steps (it doubled some rounds here).
+    ends = []
+    timer = tf.keras.callbacks.LambdaCallback(
+        on_train_batch_end=lambda batch_index, logs: ends.append(time.perf_counter()))
+    total = settings["warmup"] + settings["steps"] * settings["repeats"]
+    model.fit(dataset, steps_per_epoch=total, epochs=1, verbose=0, callbacks=[timer])
+    marks = ends[settings["warmup"] - 1::settings["steps"]]
+    rounds = [later - earlier for earlier, later in zip(marks, marks[1:])]
     median, values = images_per_sec(rounds, batch * settings["steps"])
     return {"images_per_sec": median, "rounds": values}
 

@@ -174,6 +174,9 @@ def main(argv):
     from inception import cli  # pylint: disable=import-outside-toplevel
     if len(argv) > 1:
         cli.fail(f"unexpected arguments {argv[1:]}")
+    for name in ("warmup", "steps", "repeats", "batch_size"):
+        if FLAGS[name].value < 1:
+            cli.fail(f"--{name}={FLAGS[name].value} must be at least 1.")
     output = cli.user_path(FLAGS.output_json)
     plot = cli.user_path(FLAGS.output_plot) or os.path.splitext(output)[0] + ".png"
     try:

@@ -120,8 +120,9 @@ def mean_over_towers(values, name="mean_loss"):
     return tf.reduce_mean(tf.stack(values), name=name)
 
 
-def tower_gradients(towers, var_list, term_names=None):
-    """Per-tower gradients of each tower's data loss with respect to `var_list`.
+def tower_gradients(towers, var_list, term_names=None, loss_scale=None):
+    """Per-tower gradients of each tower's data loss (times `loss_scale`, a scalar tensor, when
+    given) with respect to `var_list`.
 
     Returns:
       A list (one per tower) of lists aligned with var_list; an entry is None where the
@@ -130,7 +131,10 @@ def tower_gradients(towers, var_list, term_names=None):
     per_tower = []
     for tower in towers:
         with tf.device(tower.device), tf.name_scope(f"{tower.name_scope}gradients"):
-            per_tower.append(tf.gradients(tower.data_loss(term_names), var_list))
+            loss = tower.data_loss(term_names)
+            if loss_scale is not None:
+                loss = loss * loss_scale
+            per_tower.append(tf.gradients(loss, var_list))
     return per_tower
 
 
@@ -157,17 +161,22 @@ def average_gradients(per_tower_grads, var_list, device="/cpu:0"):
     return averaged, skipped
 
 
-def build_gradients(towers, var_list, regularization, term_names=None, device="/cpu:0"):
+def build_gradients(towers, var_list, regularization, term_names=None, device="/cpu:0",
+                    loss_scale=None):
     """Tower gradients of the selected loss terms, averaged, plus the regularization gradient.
 
     The regularization's gradient is computed once on `device` and added to the average, so it
     counts exactly once whatever the number of towers. Variables that no tower's data loss
-    reaches are skipped entirely (weight decay alone does not move them).
+    reaches are skipped entirely (weight decay alone does not move them). With `loss_scale`
+    (fp16), the towers differentiate their scaled losses and the average is unscaled again.
     """
     if not var_list:
         raise ValueError("no variables to train: var_list is empty")
     averaged, skipped = average_gradients(
-        tower_gradients(towers, var_list, term_names), var_list, device)
+        tower_gradients(towers, var_list, term_names, loss_scale), var_list, device)
+    if loss_scale is not None:
+        with tf.device(device), tf.name_scope("unscale_gradients"):
+            averaged = [(grad / loss_scale, variable) for grad, variable in averaged]
     trained = [variable for _, variable in averaged]
     with tf.device(device), tf.name_scope("regularization_gradients"):
         reg_grads = tf.gradients(regularization, trained) if trained else []

@@ -51,7 +51,12 @@ flags.DEFINE_float("initial_learning_rate", None,
 flags.DEFINE_float("num_epochs_per_decay", None, "Epochs between learning-rate decays "
                    "(default: 30).")
 flags.DEFINE_float("learning_rate_decay_factor", 0.16, "Learning-rate decay factor.")
-flags.DEFINE_integer("seed", None, "Seed for a reproducible input order and distortions.")
+flags.DEFINE_integer("seed", None, "Seed for reproducible initial weights, input order and "
+                     "distortions.")
+flags.DEFINE_enum("precision", "fp32", ("fp32", "bf16", "fp16"),
+                  "Arithmetic of the towers: fp32; bf16 (CPUs with AVX512-BF16/AMX: oneDNN "
+                  "mixed precision); fp16 (GPUs: mixed precision with dynamic loss scaling). "
+                  "Variables, loss and averaging stay fp32.")
 flags.DEFINE_bool("strict_input", False, "Stop on a damaged image instead of skipping it.")
 flags.DEFINE_bool("histograms", False, "Write gradient and variable histograms (costly).")
 flags.DEFINE_integer("log_every_n_steps", 10, "Log a loss line every this many steps.")
@@ -107,6 +112,7 @@ def options_from_flags(cluster=None):
         initial_learning_rate=FLAGS.initial_learning_rate,
         num_epochs_per_decay=FLAGS.num_epochs_per_decay,
         learning_rate_decay_factor=FLAGS.learning_rate_decay_factor, seed=FLAGS.seed,
+        precision=FLAGS.precision,
         strict_input=FLAGS.strict_input, histograms=FLAGS.histograms,
         log_every_n_steps=FLAGS.log_every_n_steps,
         save_summaries_steps=FLAGS.save_summaries_steps,

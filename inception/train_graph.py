@@ -11,6 +11,7 @@ import dataclasses
 
 import tensorflow as tf
 
+from inception import loss_scaling
 from inception import stages as stages_lib
 from inception import towers as towers_lib
 
@@ -96,7 +97,7 @@ def learning_rate_schedule(settings, global_step):
 
 
 def build_train_graph(input_batch, make_model_fn, optimization, tower_devices, plan=None,
-                      histograms=False, wrap_optimizer=None):
+                      histograms=False, wrap_optimizer=None, initial_loss_scale=None):
     """Builds the towers once and one train op per stage of `plan`, in the default graph.
 
     Args:
@@ -110,6 +111,8 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices, p
       wrap_optimizer: optional callable(optimizer, moving_average, variables) -> an optimizer
         whose apply_gradients also updates `moving_average` of `variables` (distributed.py:
         synchronous replicas, whose chief applies both once per global step).
+      initial_loss_scale: turns on dynamic loss scaling (loss_scaling.py; for fp16 towers)
+        starting at this scale; None: off. Not combinable with wrap_optimizer.
 
     Returns:
       TrainGraph. Raises stages.PlanError when a stage selects no variable or its loss
@@ -131,9 +134,14 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices, p
         # Every trainable variable gets its average now, whatever the stages train, so that
         # checkpoints always hold the averages evaluation restores.
         moving_average.apply(tf1.trainable_variables())
+        loss_scale = (loss_scaling.create_loss_scale(initial_loss_scale)
+                      if initial_loss_scale is not None else None)
+    if loss_scale is not None and wrap_optimizer is not None:
+        raise ValueError("loss scaling (fp16) cannot be combined with synchronous replicas; "
+                         "use --precision=fp32 for distributed training.")
     shared = _SharedParts(towers, regularization, schedule, bn_decay, global_step,
                           moving_average, towers_lib.batch_norm_updates(towers), input_batch,
-                          histograms, len(plan.stages) == 1, wrap_optimizer)
+                          histograms, len(plan.stages) == 1, wrap_optimizer, loss_scale)
     stage_ops = [_build_stage(stage, index, shared) for index, stage in enumerate(plan.stages)]
     return TrainGraph(global_step=global_step, plan=plan, stages=stage_ops,
                       corrupt_records=input_batch.corrupt_records,
@@ -160,6 +168,7 @@ class _SharedParts:
     histograms: bool
     single_stage: bool
     wrap_optimizer: object = None
+    loss_scale: loss_scaling.LossScale = None
 
 
 def _build_stage(stage, index, shared):
@@ -171,8 +180,10 @@ def _build_stage(stage, index, shared):
         with tf.device(VARIABLE_DEVICE):
             tower_losses = tf.stack(tower_totals, name="tower_losses")
             mean_loss = towers_lib.mean_over_towers(tower_totals)
+        scale = shared.loss_scale.scale if shared.loss_scale else None
         gradients = towers_lib.build_gradients(shared.towers, var_list, shared.regularization,
-                                               stage.loss_terms, device=VARIABLE_DEVICE)
+                                               stage.loss_terms, device=VARIABLE_DEVICE,
+                                               loss_scale=scale)
         if not gradients.grads_and_vars:
             terms = ", ".join(stage.loss_terms or sorted(shared.towers[0].loss_terms))
             raise stages_lib.PlanError(
@@ -198,10 +209,15 @@ def _update_ops(optimizer, grads_and_vars, trained, shared):
     if shared.wrap_optimizer is not None:
         wrapped = shared.wrap_optimizer(optimizer, shared.moving_average, trained)
         return [wrapped.apply_gradients(grads_and_vars, global_step=shared.global_step)]
-    apply_op = optimizer.apply_gradients(grads_and_vars, global_step=shared.global_step)
-    with tf.control_dependencies([apply_op]):
-        average_op = shared.moving_average.apply(trained)
-    return [apply_op, average_op]
+    def apply_and_average():
+        apply_op = optimizer.apply_gradients(grads_and_vars, global_step=shared.global_step)
+        with tf.control_dependencies([apply_op]):
+            return [apply_op, shared.moving_average.apply(trained)]
+
+    if shared.loss_scale is None:
+        return apply_and_average()
+    return [loss_scaling.apply_if_finite(grads_and_vars, apply_and_average, shared.global_step,
+                                         shared.loss_scale)]
 
 
 def scalar_summary(tag, value):
@@ -219,6 +235,8 @@ def _summaries(shared, stage, index, tower_totals, mean_loss, learning_rate, gra
                      scalar_summary("learning_rate", learning_rate),
                      scalar_summary("batch_norm_decay", shared.bn_decay),
                      scalar_summary("stage", index),
+                     *([scalar_summary("loss_scale", shared.loss_scale.scale)]
+                       if shared.loss_scale else []),
                      scalar_summary("input/corrupt_records", input_batch.corrupt_records)]
         for tower, total in zip(shared.towers, tower_totals):
             summaries.append(scalar_summary(f"tower_{tower.index}/total_loss", total))

@@ -17,6 +17,7 @@ from inception import datasets
 from inception import devices
 from inception import distributed
 from inception import input_pipeline
+from inception import loss_scaling
 from inception import model
 from inception import stages
 from inception import train_graph
@@ -46,6 +47,7 @@ class TrainOptions:
     num_epochs_per_decay: float = None
     learning_rate_decay_factor: float = 0.16
     seed: int = None
+    precision: str = "fp32"
     strict_input: bool = False
     histograms: bool = False
     log_every_n_steps: int = 10
@@ -148,6 +150,10 @@ def train(options, log=print, on_stuck=None):
         raise ValueError(f"--batch_size={batch_size} does not split evenly over "
                          f"{placement.num_towers} towers; use a multiple of "
                          f"{placement.num_towers}.")
+    devices.check_precision(options.precision, placement)
+    if options.cluster is not None and options.precision == "fp16":
+        raise ValueError("--precision=fp16 (loss scaling) is not available for distributed "
+                         "training; use fp32.")
     plan = resolve_plan(options)
     if options.cluster is not None and len(plan.stages) > 1:
         raise stages.PlanError("distributed training runs one-stage plans only (--trainable_scopes "
@@ -174,13 +180,18 @@ def train(options, log=print, on_stuck=None):
         f"training {settings.dataset} ({settings.num_classes - 1} classes, {dataset.data_dir}); "
         f"Inception v3 x{settings.depth_multiplier:g} at {settings.image_size}px; "
         f"{placement.describe()}; {batch} "
-        f"({batch_size // placement.num_towers} per tower); up to step {max_steps}"))
+        f"({batch_size // placement.num_towers} per tower); {options.precision}; up to step "
+        f"{max_steps}"))
 
-    config = devices.session_config(placement, options.intra_op_threads, options.inter_op_threads)
+    config = devices.apply_precision(
+        devices.session_config(placement, options.intra_op_threads, options.inter_op_threads),
+        options.precision)
     replica = (distributed.ClusterWorker(options.cluster, config, log, on_stuck)
                if options.cluster is not None else None)
 
     def build_graph():
+        if options.seed is not None:
+            tf.compat.v1.set_random_seed(options.seed)  # reproducible initial weights too
         with tf.device(replica.local_device("/cpu:0") if replica else "/cpu:0"):
             input_batch = input_pipeline.build_train_input(
                 shards, batch_size, settings.image_size, settings.num_classes,
@@ -188,7 +199,9 @@ def train(options, log=print, on_stuck=None):
         return train_graph.build_train_graph(
             input_batch, functools.partial(model.make_model_fn, settings), optimization,
             placement.tower_devices, plan, options.histograms,
-            wrap_optimizer=replica.wrap_optimizer if replica else None)
+            wrap_optimizer=replica.wrap_optimizer if replica else None,
+            initial_loss_scale=(loss_scaling.INITIAL_SCALE if options.precision == "fp16"
+                                else None))
 
     loop_settings = train_loop.LoopSettings(
         train_dir=options.train_dir, max_steps=max_steps, batch_size=batch_size,

@@ -1,19 +1,50 @@
 """What the entry points share: quiet TensorFlow start-up, user paths, one-line errors."""
 
+import contextlib
+import glob
 import os
 import sys
+import tempfile
 import warnings
 
 
 def quiet_tensorflow():
-    """Hides TensorFlow's start-up chatter (C++ info lines, deprecation notices). Call first."""
+    """Hides TensorFlow's start-up chatter (C++ info lines, deprecation notices). Call first.
+
+    TensorFlow's C++ logging writes to file descriptor 2 before any setting can stop it, so
+    the imports run with that descriptor sent to a temporary file, which is shown only if an
+    import fails. On a machine without NVIDIA devices CUDA is hidden, which spares the
+    "failed call to cuInit" line.
+    """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if not glob.glob("/dev/nvidia[0-9]*"):
+        os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
     warnings.filterwarnings("ignore", category=UserWarning, module="tensorflow")
     warnings.filterwarnings("ignore", category=UserWarning, module="tf_keras")
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    with _native_stderr_held_back():
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        from inception import compat  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
     tf.get_logger().setLevel("ERROR")
     from absl import logging  # pylint: disable=import-outside-toplevel
     logging.set_verbosity(logging.ERROR)
+
+
+@contextlib.contextmanager
+def _native_stderr_held_back():
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        except BaseException:
+            os.dup2(saved, 2)
+            held.seek(0)
+            sys.stderr.write(held.read().decode(errors="replace"))
+            raise
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
 
 
 def user_path(path):

@@ -8,6 +8,7 @@ the run with an error that names the file).
 
 import dataclasses
 import random
+import sys
 
 import tensorflow as tf
 
@@ -81,7 +82,8 @@ def _decode_or_skip(encoded, filename, decode, image_size, counter, strict):
             return decode(), ok
 
     def skip():
-        with tf.control_dependencies([counter.assign_add(1)]):
+        note = tf.print("skipping a damaged or non-JPEG image:", filename, output_stream=sys.stderr)
+        with tf.control_dependencies([counter.assign_add(1), note]):
             return tf.zeros([image_size, image_size, 3], tf.float32)
 
     return tf.cond(ok, decode, skip), ok

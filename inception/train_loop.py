@@ -275,6 +275,7 @@ def _loop(session, saver, writer, graph, settings, step, checkpoint, replica, lo
     saved_step = step
     result = TrainResult(step=step, checkpoint=checkpoint)
     stage_index = None
+    corrupt_reported = 0
     action = ("saving a checkpoint after this step and stopping" if replica.is_chief
               else "stopping after this step")
     with StopRequest(log, action) as stop:
@@ -312,6 +313,7 @@ def _loop(session, saver, writer, graph, settings, step, checkpoint, replica, lo
                 writer.add_summary(tf1.Summary(value=[tf1.Summary.Value(
                     tag="examples_per_sec", simple_value=examples_per_sec)]), step)
                 interval_start, interval_step = now, step
+                corrupt_reported = _report_corrupt_records(session, graph, corrupt_reported, log)
             if checkpoint_cadence.check_and_mark(step, now):
                 replica.before_save(session)
                 result.checkpoint = _save(session, saver, settings.train_dir, step)
@@ -322,6 +324,15 @@ def _loop(session, saver, writer, graph, settings, step, checkpoint, replica, lo
             result.checkpoint = _save(session, saver, settings.train_dir, step)
         result.stopped_by_signal = stop.signal_number
     return result
+
+
+def _report_corrupt_records(session, graph, reported, log):
+    """Logs how many damaged input records were skipped when the count grew; returns it."""
+    count = int(session.run(graph.corrupt_records))
+    if count > reported:
+        log(f"note: {count} damaged input record(s) skipped so far (named above; "
+            "input/corrupt_records in TensorBoard; --strict_input stops instead).")
+    return count
 
 
 def describe_stage(graph, index, end_step):

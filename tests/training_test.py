@@ -1,5 +1,6 @@
 """A short real run of the trainer on generated demo shards: events, resume, bad input."""
 
+import dataclasses
 import json
 import os
 import re
@@ -10,6 +11,7 @@ import unittest
 import tensorflow as tf
 
 from data import demo_data
+from data import tfrecord_format
 from inception import checkpoints
 from inception import datasets
 from inception import devices
@@ -68,6 +70,30 @@ class ShortRunTest(unittest.TestCase):
         self.assertTrue(any("resumed from" in line and "(step 3)" in line for line in lines))
         reader = tf.train.load_checkpoint(checkpoints.latest_checkpoint(train_dir))
         self.assertEqual(int(reader.get_tensor("global_step")), 5)
+
+
+class DamagedRecordsTest(unittest.TestCase):
+
+    def test_damaged_records_are_skipped_named_and_counted_in_the_log(self):
+        data_dir = testing_utils.temp_dir("damaged")
+        records = [demo_data.make_record("train", index) for index in range(8)]
+        damaged = dataclasses.replace(records[0], encoded_jpeg=records[0].encoded_jpeg[:400],
+                                      filename="broken.jpg")
+        path = os.path.join(data_dir, tfrecord_format.shard_name("train", 0, 1))
+        with tf.io.TFRecordWriter(path) as writer:
+            for record in records[1:] + [damaged]:
+                writer.write(tfrecord_format.make_example(record).SerializeToString())
+        tfrecord_format.write_labels_file(os.path.join(data_dir, "labels.txt"),
+                                          demo_data.CLASS_NAMES)
+        lines = []
+        train_dir = testing_utils.temp_dir("damaged_run")
+        training.train(tiny_options(train_dir, data_dir=data_dir, dataset="", max_steps=4),
+                       log=lines.append)
+        notes = [line for line in lines if "damaged input record(s) skipped so far" in line]
+        self.assertTrue(notes, lines)
+        self.assertRegex(notes[0], r"^note: [1-9]\d* damaged")  # reading runs ahead
+        scalars = testing_utils.read_scalars(train_dir)
+        self.assertGreaterEqual(max(value for _, value in scalars["input/corrupt_records"]), 1)
 
 
 class BadInputTest(unittest.TestCase):

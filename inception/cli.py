@@ -1,7 +1,6 @@
 """What the entry points share: quiet TensorFlow start-up, user paths, one-line errors."""
 
 import contextlib
-import glob
 import os
 import sys
 import tempfile
@@ -13,17 +12,16 @@ def quiet_tensorflow():
 
     TensorFlow's C++ logging writes to file descriptor 2 before any setting can stop it, so
     the imports run with that descriptor sent to a temporary file, which is shown only if an
-    import fails. On a machine without NVIDIA devices CUDA is hidden, which spares the
-    "failed call to cuInit" line.
+    import fails; the GPU platform is initialized there too (on a machine without GPUs it
+    logs "failed call to cuInit").
     """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    if not glob.glob("/dev/nvidia[0-9]*"):
-        os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
     warnings.filterwarnings("ignore", category=UserWarning, module="tensorflow")
     warnings.filterwarnings("ignore", category=UserWarning, module="tf_keras")
     with _native_stderr_held_back():
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
         from inception import compat  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+        tf.config.list_physical_devices("GPU")  # initializes CUDA once, here, quietly
     tf.get_logger().setLevel("ERROR")
     from absl import logging  # pylint: disable=import-outside-toplevel
     logging.set_verbosity(logging.ERROR)

@@ -183,5 +183,16 @@ def watch_checkpoints(checkpoint_dir, evaluate, interval_secs, timeout_secs=0, s
         if not waiting_logged:
             log(f"waiting for a new checkpoint in {checkpoint_dir} (every {interval_secs:g} s)...")
             waiting_logged = True
-        sleep(interval_secs)
+        _wait(interval_secs, stop, sleep)
     return evaluated
+
+
+def _wait(seconds, stop, sleep, slice_secs=0.5):
+    """Sleeps `seconds` in short slices, returning early once `stop.requested` (a signal arrived:
+    Python resumes an interrupted sleep, so one long sleep would delay the stop)."""
+    deadline = time.time() + seconds
+    while stop is None or not stop.requested:
+        remaining = deadline - time.time()
+        if remaining <= 0:
+            return
+        sleep(min(slice_secs, remaining))

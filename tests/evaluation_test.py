@@ -1,6 +1,10 @@
 """Evaluation: metrics against a hand computation, the checkpoint watch, bad input."""
 
 import os
+import signal
+import subprocess
+import sys
+import time
 import unittest
 
 import numpy as np
@@ -140,7 +144,7 @@ class WatchTest(unittest.TestCase):
         stop = Stop()
 
         def fake_sleep(seconds):
-            del seconds
+            time.sleep(seconds)  # one call per wait: the whole (short) interval
             try:
                 save(next(appear))
             except StopIteration:
@@ -168,6 +172,36 @@ class WatchTest(unittest.TestCase):
         evaluator.watch_checkpoints(directory, evaluated.append, interval_secs=0.01,
                                     timeout_secs=0.05, log=lambda line: None)
         self.assertEqual(evaluated, [prefixes[1]])
+
+
+class WatchSignalTest(unittest.TestCase):
+
+    def test_sigterm_stops_the_watch_promptly_and_cleanly(self):
+        directory = testing_utils.temp_dir("watch_signal")
+        checkpoints.write_stored_run(directory, checkpoints.StoredRun(
+            model.ModelSettings(NUM_CLASSES, 107, 0.1, "demo"), DATA_DIR))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        process = subprocess.Popen(
+            [sys.executable, "-m", "inception.eval", f"--checkpoint_dir={directory}",
+             "--eval_interval_secs=600"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, env=env)
+        try:
+            deadline = time.time() + 120
+            line = ""
+            while "waiting for a new checkpoint" not in line and time.time() < deadline:
+                line = process.stdout.readline()
+            self.assertIn("waiting for a new checkpoint", line)
+            started = time.time()
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=30)
+            self.assertLess(time.time() - started, 10)
+            self.assertEqual(process.returncode, 0, process.stderr.read()[-2000:])
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait(timeout=30)
+            process.stdout.close()
+            process.stderr.close()
 
 
 class EvaluationJobTest(unittest.TestCase):

@@ -18,6 +18,8 @@ import json
 
 import tensorflow as tf
 
+from inception import towers
+
 tf1 = tf.compat.v1
 OPTIMIZERS = ("rmsprop", "momentum", "sgd", "adam")
 RMSPROP_DECAY = 0.9
@@ -162,8 +164,7 @@ def select_variables(stage, trainable):
         return list(trainable)
     selected = []
     for scope in stage.scopes:
-        prefix = scope.strip("/") + "/"
-        matches = [v for v in trainable if v.op.name.startswith(prefix)]
+        matches = towers.variables_in_scopes([scope], trainable)
         if not matches:
             hint = (" Variables are named by variable scope, not by tower: drop the "
                     "'tower_N/' prefix." if scope.startswith("tower_") else "")

@@ -122,6 +122,113 @@ def pretrained_initializer_factory(options, log):
         options.pretrained_model_checkpoint_path, slim.get_model_variables(), excluded, log)
 
 
+@dataclasses.dataclass(frozen=True)
+class ResolvedRun:
+    """Everything a run needs, checked before anything is written."""
+    dataset: datasets.Dataset
+    settings: model.ModelSettings
+    batch_size: int
+    max_steps: int
+    placement: devices.TowerPlacement
+    plan: stages.TrainingPlan
+    shards: list
+    optimization: train_graph.OptimizationSettings
+    make_initializer: object
+
+
+def resolve_run(options, log=print):
+    """Checks `options` against the data, the machine and `train_dir`; writes nothing.
+
+    Raises ValueError subclasses with a message that says what to do.
+    """
+    # Stored settings bind only once a checkpoint exists: a run that failed before saving one
+    # must not pin the flags of the next attempt.
+    has_checkpoint = checkpoints.latest_checkpoint(options.train_dir) is not None
+    stored = checkpoints.read_stored_run(options.train_dir) if has_checkpoint else None
+    data_dir = options.data_dir or (stored.data_dir if stored else "")
+    dataset_name = options.dataset or (stored.settings.dataset if stored and not options.data_dir
+                                       else "")
+    dataset = datasets.resolve_dataset(dataset_name, data_dir, options.num_classes, log=log)
+    defaults = dataset.defaults
+    batch_size = _pick(options.batch_size, defaults.batch_size)
+    placement = devices.plan_towers(options.num_towers, devices.count_gpus(),
+                                    options.virtual_gpu_memory_mb)
+    if batch_size % placement.num_towers:
+        raise ValueError(f"--batch_size={batch_size} does not split evenly over "
+                         f"{placement.num_towers} towers; use a multiple of "
+                         f"{placement.num_towers}.")
+    devices.check_precision(options.precision, placement)
+    plan = resolve_plan(options)
+    if options.cluster is not None:
+        check_cluster_options(options, plan)
+    return ResolvedRun(
+        dataset=dataset, settings=resolve_model_settings(options, dataset, stored),
+        batch_size=batch_size, max_steps=_pick(options.max_steps, defaults.max_steps),
+        placement=placement, plan=plan, shards=dataset.shards(options.subset),
+        optimization=train_graph.OptimizationSettings(
+            batch_size=batch_size, examples_per_epoch=dataset.num_examples(options.subset),
+            initial_learning_rate=_pick(options.initial_learning_rate,
+                                        defaults.initial_learning_rate),
+            num_epochs_per_decay=_pick(options.num_epochs_per_decay,
+                                       defaults.num_epochs_per_decay),
+            learning_rate_decay_factor=options.learning_rate_decay_factor),
+        make_initializer=pretrained_initializer_factory(options, log))
+
+
+def check_cluster_options(options, plan):
+    """What distributed training does not support, as clear errors."""
+    if options.precision == "fp16":
+        raise ValueError("--precision=fp16 (loss scaling) is not available for distributed "
+                         "training; use fp32.")
+    if len(plan.stages) > 1:
+        raise stages.PlanError("distributed training runs one-stage plans only (--trainable_scopes "
+                               "works); run each stage as its own run, one after the other.")
+
+
+def describe_run(options, run):
+    """The first log line of a run: data, model, towers, batch, precision, end step."""
+    settings, batch_size = run.settings, run.batch_size
+    batch = f"global batch {batch_size}"
+    if options.cluster is not None:
+        batch = (f"{options.cluster.describe()}; batch {batch_size} per worker, "
+                 f"{batch_size * options.cluster.replicas_to_aggregate} per update")
+    return (f"training {settings.dataset} ({settings.num_classes - 1} classes, "
+            f"{run.dataset.data_dir}); Inception v3 x{settings.depth_multiplier:g} at "
+            f"{settings.image_size}px; {run.placement.describe()}; {batch} "
+            f"({batch_size // run.placement.num_towers} per tower); {options.precision}; "
+            f"up to step {run.max_steps}")
+
+
+def graph_builder(options, run, replica):
+    """build_graph() for train_loop.run_training: input pipeline, towers, stages."""
+    def build_graph():
+        if options.seed is not None:
+            tf.compat.v1.set_random_seed(options.seed)  # reproducible initial weights too
+        with tf.device(replica.local_device("/cpu:0") if replica else "/cpu:0"):
+            input_batch = input_pipeline.build_train_input(
+                run.shards, run.batch_size, run.settings.image_size, run.settings.num_classes,
+                seed=input_seed(options), strict=options.strict_input,
+                crop=run.dataset.defaults.crop)
+        return train_graph.build_train_graph(
+            input_batch, functools.partial(model.make_model_fn, run.settings),
+            run.optimization, run.placement.tower_devices, run.plan, options.histograms,
+            wrap_optimizer=replica.wrap_optimizer if replica else None,
+            initial_loss_scale=(loss_scaling.INITIAL_SCALE if options.precision == "fp16"
+                                else None))
+    return build_graph
+
+
+def loop_settings(options, run):
+    """The loop's cadences and limits."""
+    return train_loop.LoopSettings(
+        train_dir=options.train_dir, max_steps=run.max_steps, batch_size=run.batch_size,
+        log_every_n_steps=options.log_every_n_steps,
+        save_summaries_steps=options.save_summaries_steps,
+        save_summaries_secs=options.save_summaries_secs,
+        save_checkpoint_steps=options.save_checkpoint_steps,
+        save_interval_secs=options.save_interval_secs)
+
+
 def train(options, log=print, on_stuck=None):
     """Runs training as `options` say; returns train_loop.TrainResult.
 
@@ -132,86 +239,21 @@ def train(options, log=print, on_stuck=None):
     that says what to do, and train_loop.NonFiniteLossError when a tower's loss diverges; on a
     cluster also distributed.ClusterError (a task lost or late) and DivergedError.
     """
-    # Stored settings bind only once a checkpoint exists: a run that failed before saving one
-    # must not pin the flags of the next attempt.
-    has_checkpoint = checkpoints.latest_checkpoint(options.train_dir) is not None
-    stored = checkpoints.read_stored_run(options.train_dir) if has_checkpoint else None
-    data_dir = options.data_dir or (stored.data_dir if stored else "")
-    dataset_name = options.dataset or (stored.settings.dataset if stored and not options.data_dir
-                                       else "")
-    dataset = datasets.resolve_dataset(dataset_name, data_dir, options.num_classes, log=log)
-    settings = resolve_model_settings(options, dataset, stored)
-    defaults = dataset.defaults
-    batch_size = _pick(options.batch_size, defaults.batch_size)
-    max_steps = _pick(options.max_steps, defaults.max_steps)
-    placement = devices.plan_towers(options.num_towers, devices.count_gpus(),
-                                    options.virtual_gpu_memory_mb)
-    if batch_size % placement.num_towers:
-        raise ValueError(f"--batch_size={batch_size} does not split evenly over "
-                         f"{placement.num_towers} towers; use a multiple of "
-                         f"{placement.num_towers}.")
-    devices.check_precision(options.precision, placement)
-    if options.cluster is not None and options.precision == "fp16":
-        raise ValueError("--precision=fp16 (loss scaling) is not available for distributed "
-                         "training; use fp32.")
-    plan = resolve_plan(options)
-    if options.cluster is not None and len(plan.stages) > 1:
-        raise stages.PlanError("distributed training runs one-stage plans only (--trainable_scopes "
-                               "works); run each stage as its own run, one after the other.")
-    make_initializer = pretrained_initializer_factory(options, log)
-    shards = dataset.shards(options.subset)
-    optimization = train_graph.OptimizationSettings(
-        batch_size=batch_size, examples_per_epoch=dataset.num_examples(options.subset),
-        initial_learning_rate=_pick(options.initial_learning_rate,
-                                    defaults.initial_learning_rate),
-        num_epochs_per_decay=_pick(options.num_epochs_per_decay, defaults.num_epochs_per_decay),
-        learning_rate_decay_factor=options.learning_rate_decay_factor)
-
-    is_chief = options.cluster is None or options.cluster.is_chief
-    if is_chief:
+    run = resolve_run(options, log)
+    if options.cluster is None or options.cluster.is_chief:
         os.makedirs(options.train_dir, exist_ok=True)
         checkpoints.write_stored_run(options.train_dir,
-                                     checkpoints.StoredRun(settings, dataset.data_dir))
-    batch = f"global batch {batch_size}"
-    if options.cluster is not None:
-        batch = (f"{options.cluster.describe()}; batch {batch_size} per worker, "
-                 f"{batch_size * options.cluster.replicas_to_aggregate} per update")
-    log(timestamped(
-        f"training {settings.dataset} ({settings.num_classes - 1} classes, {dataset.data_dir}); "
-        f"Inception v3 x{settings.depth_multiplier:g} at {settings.image_size}px; "
-        f"{placement.describe()}; {batch} "
-        f"({batch_size // placement.num_towers} per tower); {options.precision}; up to step "
-        f"{max_steps}"))
-
+                                     checkpoints.StoredRun(run.settings, run.dataset.data_dir))
+    log(timestamped(describe_run(options, run)))
     config = devices.apply_precision(
-        devices.session_config(placement, options.intra_op_threads, options.inter_op_threads),
+        devices.session_config(run.placement, options.intra_op_threads,
+                               options.inter_op_threads),
         options.precision)
     replica = (distributed.ClusterWorker(options.cluster, config, log, on_stuck)
                if options.cluster is not None else None)
-
-    def build_graph():
-        if options.seed is not None:
-            tf.compat.v1.set_random_seed(options.seed)  # reproducible initial weights too
-        with tf.device(replica.local_device("/cpu:0") if replica else "/cpu:0"):
-            input_batch = input_pipeline.build_train_input(
-                shards, batch_size, settings.image_size, settings.num_classes,
-                seed=input_seed(options), strict=options.strict_input, crop=defaults.crop)
-        return train_graph.build_train_graph(
-            input_batch, functools.partial(model.make_model_fn, settings), optimization,
-            placement.tower_devices, plan, options.histograms,
-            wrap_optimizer=replica.wrap_optimizer if replica else None,
-            initial_loss_scale=(loss_scaling.INITIAL_SCALE if options.precision == "fp16"
-                                else None))
-
-    loop_settings = train_loop.LoopSettings(
-        train_dir=options.train_dir, max_steps=max_steps, batch_size=batch_size,
-        log_every_n_steps=options.log_every_n_steps,
-        save_summaries_steps=options.save_summaries_steps,
-        save_summaries_secs=options.save_summaries_secs,
-        save_checkpoint_steps=options.save_checkpoint_steps,
-        save_interval_secs=options.save_interval_secs)
     try:
-        return train_loop.run_training(build_graph, config, loop_settings, make_initializer,
+        return train_loop.run_training(graph_builder(options, run, replica), config,
+                                       loop_settings(options, run), run.make_initializer,
                                        log=log, replica=replica)
     except tf.errors.OpError as error:
         if replica is None:

@@ -12,6 +12,7 @@ cli.quiet_tensorflow()
 from absl import app  # noqa: E402  pylint: disable=wrong-import-position
 from absl import flags  # noqa: E402  pylint: disable=wrong-import-position
 
+from data import builder_cli  # noqa: E402  pylint: disable=wrong-import-position
 from data import image_folders  # noqa: E402  pylint: disable=wrong-import-position
 
 FLAGS = flags.FLAGS
@@ -19,33 +20,23 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("train_directory", "", "Training images: <train_directory>/<label>/<image>.")
 flags.DEFINE_string("validation_directory", "",
                     "Validation images: <validation_directory>/<label>/<image>.")
-flags.DEFINE_string("output_directory", "", "Where the shards and labels.txt go (created if "
-                    "missing; must not hold shards of the same splits).")
 flags.DEFINE_string("labels_file", "", "One label (= folder name) per line; line i is label i "
                     "(0 is background). Default: the sorted sub-folders of --train_directory.")
-flags.DEFINE_integer("train_shards", 2, "Number of training shards.")
-flags.DEFINE_integer("validation_shards", 2, "Number of validation shards.")
-flags.DEFINE_integer("num_threads", 2, "Threads writing shards at once; must divide both shard "
-                     "counts.")
+builder_cli.define_output_flags(train_shards=2, validation_shards=2, num_threads=2)
 
 
-def main(argv):
-    if len(argv) > 1:
-        cli.fail(f"unexpected arguments {argv[1:]}; flags look like --train_directory=DIR.")
-    if not FLAGS.output_directory:
-        cli.fail("--output_directory is required: where to write the shards.")
-    options = image_folders.FolderBuildOptions(
+def options_from_flags():
+    """FolderBuildOptions from the parsed flags."""
+    return image_folders.FolderBuildOptions(
         output_dir=cli.user_path(FLAGS.output_directory),
         train_dir=cli.user_path(FLAGS.train_directory),
         validation_dir=cli.user_path(FLAGS.validation_directory),
         labels_file=cli.user_path(FLAGS.labels_file), train_shards=FLAGS.train_shards,
         validation_shards=FLAGS.validation_shards, num_threads=FLAGS.num_threads)
-    try:
-        image_folders.build_from_folders(options, log=cli.log)
-    except (ValueError, OSError) as error:
-        cli.fail(error)
-    except KeyboardInterrupt:
-        cli.fail("interrupted; no shards were published (rerun the same command).", code=130)
+
+
+def main(argv):
+    builder_cli.run_build(argv, image_folders.build_from_folders, options_from_flags)
 
 
 if __name__ == "__main__":

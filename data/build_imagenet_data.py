@@ -12,6 +12,7 @@ cli.quiet_tensorflow()
 from absl import app  # noqa: E402  pylint: disable=wrong-import-position
 from absl import flags  # noqa: E402  pylint: disable=wrong-import-position
 
+from data import builder_cli  # noqa: E402  pylint: disable=wrong-import-position
 from data import imagenet  # noqa: E402  pylint: disable=wrong-import-position
 
 FLAGS = flags.FLAGS
@@ -21,26 +22,18 @@ flags.DEFINE_string("validation_directory", "", "Validation images: flat with "
                     "--validation_labels_file, else <validation_directory>/<synset>/*.JPEG.")
 flags.DEFINE_string("validation_labels_file", "", "One synset per validation image, in sorted "
                     "file-name order (imagenet_2012_validation_synset_labels.txt).")
-flags.DEFINE_string("output_directory", "", "Where the shards and labels.txt go (created if "
-                    "missing; must not hold shards of the same splits).")
 flags.DEFINE_string("labels_file", imagenet.DEFAULT_SYNSETS_FILE,
                     "The synsets, one per line; line i is label i (0 is background).")
 flags.DEFINE_string("imagenet_metadata_file", imagenet.DEFAULT_METADATA_FILE,
                     "`<synset><TAB><human-readable name>` lines.")
 flags.DEFINE_string("bounding_box_file", "", "Box CSV `filename,xmin,ymin,xmax,ymax` from "
                     "//data:process_bounding_boxes; empty: no boxes.")
-flags.DEFINE_integer("train_shards", 1024, "Number of training shards.")
-flags.DEFINE_integer("validation_shards", 128, "Number of validation shards.")
-flags.DEFINE_integer("num_threads", 8, "Threads writing shards at once; must divide both shard "
-                     "counts.")
+builder_cli.define_output_flags(train_shards=1024, validation_shards=128, num_threads=8)
 
 
-def main(argv):
-    if len(argv) > 1:
-        cli.fail(f"unexpected arguments {argv[1:]}; flags look like --train_directory=DIR.")
-    if not FLAGS.output_directory:
-        cli.fail("--output_directory is required: where to write the shards.")
-    options = imagenet.ImageNetBuildOptions(
+def options_from_flags():
+    """ImageNetBuildOptions from the parsed flags."""
+    return imagenet.ImageNetBuildOptions(
         output_dir=cli.user_path(FLAGS.output_directory),
         train_dir=cli.user_path(FLAGS.train_directory),
         validation_dir=cli.user_path(FLAGS.validation_directory),
@@ -50,12 +43,10 @@ def main(argv):
         bounding_box_file=cli.user_path(FLAGS.bounding_box_file),
         train_shards=FLAGS.train_shards, validation_shards=FLAGS.validation_shards,
         num_threads=FLAGS.num_threads)
-    try:
-        imagenet.build_imagenet(options, log=cli.log)
-    except (ValueError, OSError) as error:
-        cli.fail(error)
-    except KeyboardInterrupt:
-        cli.fail("interrupted; no shards were published (rerun the same command).", code=130)
+
+
+def main(argv):
+    builder_cli.run_build(argv, imagenet.build_imagenet, options_from_flags)
 
 
 if __name__ == "__main__":

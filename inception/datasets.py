@@ -85,11 +85,16 @@ class Dataset:
                             "`bin/bazel run //data:build_image_data` or pass the right --data_dir.")
         return paths
 
-    def num_examples(self, subset):
-        """Examples in `subset`: known for the standard sets, otherwise counted from the shards."""
+    def num_examples(self, subset, log=None):
+        """Examples in `subset`: known for the standard sets, otherwise counted from the shards
+        (reading them once; `log` announces it, since it takes a while on a large set)."""
         if subset in self.known_examples:
             return self.known_examples[subset]
-        count = count_records(self.shards(subset))
+        shards = self.shards(subset)
+        if log is not None and len(shards) > 4:
+            log(f"counting the '{subset}' records in {len(shards)} shards of {self.data_dir} "
+                "(pass --dataset=imagenet or flowers to skip this for those sets)...")
+        count = count_records(shards)
         if count == 0:
             raise DataError(f"the '{subset}' shards in {self.data_dir} hold no records; rebuild "
                             "them or pass another --data_dir.")

@@ -62,7 +62,7 @@ def run_evaluation(options, log=print, logits_fn=None):
     """Evaluates as `options` say; returns the list of EvalResult (one per checkpoint)."""
     settings, dataset = resolve_settings(options, log)
     shards = dataset.shards(options.subset)
-    expected = dataset.num_examples(options.subset)
+    expected = dataset.num_examples(options.subset, log)
     if options.num_examples:
         expected = min(expected, options.num_examples)
     eval_graph = evaluator.build_eval_graph(shards, settings, options.batch_size,

@@ -166,7 +166,7 @@ def resolve_run(options, log=print):
         batch_size=batch_size, max_steps=_pick(options.max_steps, defaults.max_steps),
         placement=placement, plan=plan, shards=dataset.shards(options.subset),
         optimization=train_graph.OptimizationSettings(
-            batch_size=batch_size, examples_per_epoch=dataset.num_examples(options.subset),
+            batch_size=batch_size, examples_per_epoch=dataset.num_examples(options.subset, log),
             initial_learning_rate=_pick(options.initial_learning_rate,
                                         defaults.initial_learning_rate),
             num_epochs_per_decay=_pick(options.num_epochs_per_decay,

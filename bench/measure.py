@@ -48,10 +48,18 @@ def images_per_sec(rounds, images_per_round):
     return statistics.median(values), values
 
 
+def gpu_count():
+    """Physical GPUs TensorFlow sees (0 on CPU-only machines)."""
+    return len(tf.config.list_physical_devices("GPU"))
+
+
 def matmul_peak(settings):
-    """fp32 matrix-multiply throughput of this machine in GFLOP/s (the MFU denominator)."""
-    size = settings.get("matmul_size", 2048)
-    with tf.Graph().as_default():
+    """fp32 matrix-multiply throughput in GFLOP/s (the MFU denominator), on the first GPU if
+    there is one (TensorFlow's default there is TF32 tensor cores, as in training), else on
+    the CPU."""
+    on_gpu = gpu_count() > 0
+    size = settings.get("matmul_size", 8192 if on_gpu else 2048)
+    with tf.Graph().as_default(), tf.device("/gpu:0" if on_gpu else "/cpu:0"):
         a = tf1.get_variable("a", [size, size], initializer=tf1.random_normal_initializer())
         b = tf1.get_variable("b", [size, size], initializer=tf1.random_normal_initializer())
         product = tf.reduce_sum(tf.matmul(a, b))
@@ -61,15 +69,26 @@ def matmul_peak(settings):
                                   settings.get("matmul_steps", 10), settings["repeats"])
     flops = 2.0 * size ** 3 * settings.get("matmul_steps", 10)
     gflops = [flops / seconds / 1e9 for seconds in rounds]
-    return {"gflops": statistics.median(gflops), "rounds": gflops}
+    return {"gflops": statistics.median(gflops), "rounds": gflops,
+            "device": "gpu (tf32)" if on_gpu and tf.config.experimental.
+            tensor_float_32_execution_enabled() else "gpu" if on_gpu else "cpu"}
 
 
 def ours(settings):
-    """Our training step (towers, averaging, EMA, batch-norm updates) on synthetic input."""
+    """Our training step (towers, averaging, EMA, batch-norm updates) on synthetic input.
+
+    Towers go where training puts them: one per GPU (GPUs split into virtual devices of
+    `virtual_gpu_memory_mb` when there are more towers than GPUs), else virtual CPU devices.
+    """
     from inception import devices  # pylint: disable=import-outside-toplevel
+    from inception import loss_scaling  # pylint: disable=import-outside-toplevel
     from inception import model  # pylint: disable=import-outside-toplevel
     from inception import train_graph  # pylint: disable=import-outside-toplevel
     batch, size, towers = settings["batch_size"], settings["image_size"], settings["towers"]
+    precision = settings.get("precision", "fp32")
+    placement = devices.plan_towers(towers, gpu_count(),
+                                    settings.get("virtual_gpu_memory_mb", 0))
+    devices.check_precision(precision, placement)
     model_settings = model.ModelSettings(NUM_CLASSES, size, settings["depth_multiplier"],
                                          "synthetic")
     graph = tf.Graph()
@@ -79,20 +98,22 @@ def ours(settings):
                                                         examples_per_epoch=1_281_167)
         built = train_graph.build_train_graph(
             input_batch, lambda decay: model.make_model_fn(model_settings, decay),
-            optimization, [f"/cpu:{i}" for i in range(towers)])
+            optimization, placement.tower_devices,
+            initial_loss_scale=loss_scaling.INITIAL_SCALE if precision == "fp16" else None)
         train_op = built.stages[0].train_op
         flops_per_image = count_flops(graph) / batch
         init = (tf1.global_variables_initializer(), tf1.local_variables_initializer(),
                 input_batch.initializer)
-    config = devices.apply_precision(_config(settings), settings.get("precision", "fp32"))
-    config.device_count["CPU"] = towers
+    config = devices.apply_precision(
+        devices.session_config(placement, settings.get("intra_op_threads", 0),
+                               settings.get("inter_op_threads", 0)), precision)
     with tf1.Session(graph=graph, config=config) as session:
         session.run(init)
         rounds = timed_rounds(lambda n: [session.run(train_op) for _ in range(n)],
                               settings["warmup"], settings["steps"], settings["repeats"])
     median, values = images_per_sec(rounds, batch * settings["steps"])
     return {"images_per_sec": median, "rounds": values,
-            "train_flops_per_image": flops_per_image}
+            "train_flops_per_image": flops_per_image, "placement": placement.describe()}
 
 
 def synthetic_input(batch, size):
@@ -123,9 +144,11 @@ def keras(settings):
     tf.config.threading.set_intra_op_parallelism_threads(settings.get("intra_op_threads", 0))
     model = tf.keras.applications.InceptionV3(weights=None, input_shape=(size, size, 3),
                                               classes=NUM_CLASSES)
+    # jit_compile "auto" is what a Keras user gets: XLA on GPUs, none on CPUs.
     model.compile(optimizer=tf.keras.optimizers.RMSprop(0.1, rho=0.9, momentum=0.9,
                                                         epsilon=1.0),
-                  loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=False))
+                  loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=False),
+                  jit_compile=settings.get("jit_compile", "auto"))
     rng = np.random.RandomState(0)
     images = rng.uniform(-1, 1, size=(batch, size, size, 3)).astype(np.float32)
     labels = rng.randint(1, NUM_CLASSES, size=batch).astype(np.int32)
@@ -191,6 +214,22 @@ def jpeg_shards(count, work_dir):
     return [path]
 
 
+def gpu_peak_memory_mb():
+    """Peak bytes TensorFlow's allocators held on all GPUs in this process, in MB (None
+    without GPUs)."""
+    if not gpu_count():
+        return None
+    peaks = []
+    # Optional detail: asking the eager context after a Session made the devices can fail
+    # (e.g. with virtual GPUs); the measurement stands without it.
+    try:
+        for device in tf.config.list_logical_devices("GPU"):
+            peaks.append(tf.config.experimental.get_memory_info(device.name)["peak"])
+    except Exception:  # pylint: disable=broad-except
+        return None
+    return sum(peaks) / 2 ** 20 if peaks else None
+
+
 def _config(settings):
     return tf1.ConfigProto(intra_op_parallelism_threads=settings.get("intra_op_threads", 0),
                            inter_op_parallelism_threads=settings.get("inter_op_threads", 0))
@@ -205,6 +244,9 @@ def main(argv):
     settings.setdefault("work_dir", tempfile.gettempdir())
     result = MEASUREMENTS[kind](settings)
     result["peak_memory_mb"] = peak_memory_mb()
+    gpu_peak = gpu_peak_memory_mb()
+    if gpu_peak is not None:
+        result["gpu_peak_memory_mb"] = gpu_peak
     print("RESULT " + json.dumps(result), flush=True)
 
 

@@ -33,12 +33,30 @@ flags.DEFINE_integer("repeats", 5, "Timed rounds; the median is reported.")
 flags.DEFINE_integer("pipeline_images", 256, "Distinct JPEGs the pipeline measurement cycles.")
 flags.DEFINE_integer("timeout_secs", 1800, "Give up on one measurement after this long.")
 flags.DEFINE_list("skip", [], "Measurements to leave out (matmul_peak, ours, ours_1_tower, "
-                  "ours_bf16, keras, pipeline_1_thread, pipeline); their keys are then null. "
-                  "ours_bf16 is skipped on CPUs without bf16 instructions.")
+                  "ours_bf16, ours_fp16, keras, pipeline_1_thread, pipeline); their keys are "
+                  "then null. ours_bf16 runs only on CPU-only machines whose CPU has bf16 "
+                  "instructions, ours_fp16 only where there is a GPU.")
+flags.DEFINE_integer("virtual_gpu_memory_mb", 20000, "Memory of each virtual GPU when there "
+                     "are more --towers than GPUs (e.g. 2 towers on 1 GPU).")
+flags.DEFINE_enum("keras_jit_compile", "auto", ["auto", "true", "false"],
+                  "Keras's jit_compile (auto: XLA on GPUs, as Keras users get it).")
+flags.DEFINE_bool("keep_going", False, "Record a failed measurement as null (its error goes "
+                  "in the report's `errors`) and go on with the others.")
+
+
+def gpu_names():
+    """Names of the machine's NVIDIA GPUs (empty without nvidia-smi)."""
+    try:
+        completed = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total",
+                                    "--format=csv,noheader"], capture_output=True, text=True,
+                                   check=False, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [line.strip() for line in completed.stdout.splitlines() if line.strip()]
 
 
 def machine_details():
-    """CPU model, core count, Python and TensorFlow versions."""
+    """CPU model, core count, GPUs, Python and TensorFlow versions."""
     model = platform.processor() or "unknown"
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as handle:
@@ -52,7 +70,8 @@ def machine_details():
                                "print(tf.__version__, keras.__version__)"],
                               capture_output=True, text=True, check=False,
                               env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")).stdout.split()
-    return {"cpu": model, "cores": os.cpu_count(), "python": platform.python_version(),
+    return {"cpu": model, "cores": os.cpu_count(), "gpus": gpu_names(),
+            "python": platform.python_version(),
             "tensorflow": versions[0] if versions else "?",
             "keras": versions[1] if len(versions) > 1 else "?"}
 
@@ -70,7 +89,7 @@ def measure(kind, settings, log):
             log(f"  -> {summarize(result)}")
             return result
     raise RuntimeError(f"measurement {kind} failed (exit {completed.returncode}): "
-                       f"{completed.stderr.strip().splitlines()[-1:]}")
+                       " | ".join(completed.stderr.strip().splitlines()[-5:]))
 
 
 def summarize(result):
@@ -80,28 +99,50 @@ def summarize(result):
     return f"{result['images_per_sec']:.2f} images/sec, peak {result['peak_memory_mb']:.0f} MB"
 
 
+def measure_or_record(kind, settings, log, errors, name):
+    """measure(), or with --keep_going None and the error kept in `errors[name]`."""
+    try:
+        return measure(kind, settings, log)
+    except (RuntimeError, subprocess.TimeoutExpired) as error:
+        if not FLAGS.keep_going:
+            raise
+        log(f"  -> FAILED: {error}")
+        errors[name] = str(error)
+        return None
+
+
 def run_all(log):
     """Every measurement of the report, in one run; returns the report dict."""
     common = {"image_size": FLAGS.image_size, "batch_size": FLAGS.batch_size,
               "warmup": FLAGS.warmup, "steps": FLAGS.steps, "repeats": FLAGS.repeats,
               "work_dir": tempfile.mkdtemp(prefix="inception_bench_")}
+    ours = {"towers": FLAGS.towers, "depth_multiplier": FLAGS.depth_multiplier,
+            "virtual_gpu_memory_mb": FLAGS.virtual_gpu_memory_mb}
     plan = {
         "matmul_peak": ("matmul_peak", {}),
-        "ours": ("ours", {"towers": FLAGS.towers, "depth_multiplier": FLAGS.depth_multiplier}),
-        "ours_1_tower": ("ours", {"towers": 1, "depth_multiplier": FLAGS.depth_multiplier}),
-        "ours_bf16": ("ours", {"towers": FLAGS.towers, "depth_multiplier": FLAGS.depth_multiplier,
-                               "precision": "bf16"}),
-        "keras": ("keras", {}),
+        "ours": ("ours", ours),
+        "ours_1_tower": ("ours", {**ours, "towers": 1}),
+        "ours_bf16": ("ours", {**ours, "precision": "bf16"}),
+        "ours_fp16": ("ours", {**ours, "precision": "fp16"}),
+        "keras": ("keras", {"jit_compile": {"auto": "auto", "true": True,
+                                            "false": False}[FLAGS.keras_jit_compile]}),
         "pipeline_1_thread": ("pipeline", {"threads": 1,
                                            "pipeline_images": FLAGS.pipeline_images}),
         "pipeline": ("pipeline", {"threads": 0, "pipeline_images": FLAGS.pipeline_images}),
     }
     skip = set(FLAGS.skip)
-    if not devices.cpu_supports_bf16():
+    has_gpu = bool(gpu_names())
+    if has_gpu or not devices.cpu_supports_bf16():
         skip.add("ours_bf16")
-    results = {name: (None if name in skip else measure(kind, {**common, **extra}, log))
+    if not has_gpu:
+        skip.add("ours_fp16")
+    errors = {}
+    results = {name: (None if name in skip else
+                      measure_or_record(kind, {**common, **extra}, log, errors, name))
                for name, (kind, extra) in plan.items()}
-    return build_report(results)
+    report = build_report(results)
+    report["errors"] = errors
+    return report
 
 
 def _ratio(numerator, denominator):
@@ -123,8 +164,12 @@ def build_report(results):
         "speedup_vs_keras": _ratio(ours, rate("keras")),
         "ours_bf16_images_per_sec": rate("ours_bf16"),
         "speedup_vs_keras_bf16": _ratio(rate("ours_bf16"), rate("keras")),
+        "ours_fp16_images_per_sec": rate("ours_fp16"),
+        "speedup_vs_keras_fp16": _ratio(rate("ours_fp16"), rate("keras")),
         "train_gflops_per_image": flops / 1e9 if flops else None,
         "matmul_peak_gflops": peak,
+        "matmul_peak_device": results["matmul_peak"]["device"] if results.get("matmul_peak")
+        else None,
         "mfu": _ratio(ours * flops / 1e9 if ours and flops else None, peak),
         "tower_overhead": (1.0 - ours / rate("ours_1_tower")) if ours and rate("ours_1_tower")
         else None,
@@ -133,6 +178,10 @@ def build_report(results):
         "pipeline_headroom": _ratio(rate("pipeline"), ours),
         "peak_memory_mb": {name: result["peak_memory_mb"] for name, result in results.items()
                            if result},
+        "gpu_peak_memory_mb": {name: result["gpu_peak_memory_mb"]
+                               for name, result in results.items()
+                               if result and "gpu_peak_memory_mb" in result},
+        "placement": results["ours"]["placement"] if results.get("ours") else None,
         "settings": {"image_size": FLAGS.image_size, "batch_size": FLAGS.batch_size,
                      "towers": FLAGS.towers, "depth_multiplier": FLAGS.depth_multiplier,
                      "warmup_steps_discarded": FLAGS.warmup, "steps_per_round": FLAGS.steps,
@@ -152,6 +201,7 @@ def write_plot(report, path):
              "#1f77b4"),
             ("ours, 1 tower", report["ours_1_tower_images_per_sec"], "#6baed6"),
             ("ours, bf16", report["ours_bf16_images_per_sec"], "#08306b"),
+            ("ours, fp16", report["ours_fp16_images_per_sec"], "#08306b"),
             ("Keras fit", report["keras_images_per_sec"], "#ff7f0e"),
             ("input pipeline", report["pipeline_images_per_sec"], "#2ca02c")]
     bars = [(name, value, colour) for name, value, colour in bars if value]
@@ -161,8 +211,10 @@ def write_plot(report, path):
     axes.set_xscale("log")
     axes.set_xlabel("images/sec (log scale)")
     settings = report["settings"]
+    where = (report["machine"]["gpus"][0].split(",")[0] if report["machine"]["gpus"]
+             else f"{report['machine']['cores']} cores")
     axes.set_title(f"Inception v3, {settings['image_size']} px, batch {settings['batch_size']}, "
-                   f"{report['machine']['cores']} cores")
+                   f"{where}")
     for index, (_, value, _) in enumerate(bars):
         axes.text(value, index, f" {value:.1f}", va="center")
     figure.tight_layout()
@@ -188,10 +240,13 @@ def main(argv):
         json.dump(report, handle, indent=2)
     write_plot(report, plot)
     for key in ("ours_images_per_sec", "keras_images_per_sec", "speedup_vs_keras",
-                "ours_bf16_images_per_sec", "speedup_vs_keras_bf16", "mfu", "tower_overhead",
+                "ours_bf16_images_per_sec", "speedup_vs_keras_bf16", "ours_fp16_images_per_sec",
+                "speedup_vs_keras_fp16", "mfu", "tower_overhead",
                 "pipeline_headroom"):
         value = report[key]
         cli.log(f"{key:>22}: " + ("skipped" if value is None else f"{value:.3f}"))
+    for name, error in report["errors"].items():
+        cli.log(f"{name:>22}: FAILED ({error})")
     cli.log(f"report: {output}  plot: {plot}")
 
 

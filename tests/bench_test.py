@@ -11,6 +11,7 @@ from tests import testing_utils
 
 KEYS = ("ours_images_per_sec", "ours_1_tower_images_per_sec", "keras_images_per_sec",
         "speedup_vs_keras", "ours_bf16_images_per_sec", "speedup_vs_keras_bf16",
+        "ours_fp16_images_per_sec", "speedup_vs_keras_fp16",
         "train_gflops_per_image", "matmul_peak_gflops", "mfu", "tower_overhead",
         "pipeline_images_per_sec", "pipeline_images_per_sec_per_core", "pipeline_headroom")
 
@@ -29,8 +30,8 @@ class ThroughputBenchmarkTest(unittest.TestCase):
         with open(output, encoding="utf-8") as handle:
             report = json.load(handle)
         for key in KEYS:
-            if "bf16" in key and not devices.cpu_supports_bf16():
-                self.assertIsNone(report[key], key)
+            if ("bf16" in key and not devices.cpu_supports_bf16()) or "fp16" in key:
+                self.assertIsNone(report[key], key)  # fp16 is measured only on GPUs
             else:
                 self.assertIsInstance(report[key], float, key)
         self.assertGreater(report["ours_images_per_sec"], 0.0)
@@ -41,6 +42,9 @@ class ThroughputBenchmarkTest(unittest.TestCase):
         self.assertEqual(sorted(report["peak_memory_mb"]), sorted(measured))
         self.assertEqual(len(report["rounds"]["ours"]), 2)
         self.assertIn("cpu", report["machine"])
+        self.assertEqual(report["errors"], {})
+        self.assertEqual(report["matmul_peak_device"], "cpu")
+        self.assertIn("virtual CPU", report["placement"])
         with open(output[:-len(".json")] + ".png", "rb") as handle:
             self.assertEqual(handle.read(8), b"\x89PNG\r\n\x1a\n")
 

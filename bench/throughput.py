@@ -89,7 +89,18 @@ def measure(kind, settings, log):
             log(f"  -> {summarize(result)}")
             return result
     raise RuntimeError(f"measurement {kind} failed (exit {completed.returncode}): "
-                       " | ".join(completed.stderr.strip().splitlines()[-5:]))
+                       + last_error(completed.stderr))
+
+
+def last_error(stderr):
+    """A failed measurement's exception line and the two lines after it (TensorFlow puts the
+    root cause there and appends the failing op's creation stack, so the last line of stderr
+    is not the error); else the last line."""
+    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+    starts = [index for index, line in enumerate(lines)
+              if line.split(":", 1)[0].endswith(("Error", "Exception"))]
+    text = " ".join(lines[starts[0]:starts[0] + 3]) if starts else (lines or ["no output"])[-1]
+    return text[:600]
 
 
 def summarize(result):
@@ -226,7 +237,7 @@ def main(argv):
     from inception import cli  # pylint: disable=import-outside-toplevel
     if len(argv) > 1:
         cli.fail(f"unexpected arguments {argv[1:]}")
-    for name in ("warmup", "steps", "repeats", "batch_size"):
+    for name in ("warmup", "steps", "repeats", "batch_size", "towers"):
         if FLAGS[name].value < 1:
             cli.fail(f"--{name}={FLAGS[name].value} must be at least 1.")
     output = cli.user_path(FLAGS.output_json)

@@ -48,6 +48,30 @@ class ThroughputBenchmarkTest(unittest.TestCase):
         with open(output[:-len(".json")] + ".png", "rb") as handle:
             self.assertEqual(handle.read(8), b"\x89PNG\r\n\x1a\n")
 
+    def test_a_failed_measurement_is_named_and_keep_going_records_it(self):
+        output = os.path.join(testing_utils.temp_dir("bench_fail"), "report.json")
+        # Inception v3 cannot shrink a 10-pixel image through its stride-2 layers: the graph
+        # build fails inside the measurement process.
+        command = [sys.executable, "-m", "bench.throughput", f"--output_json={output}",
+                   "--image_size=10", "--batch_size=2", "--warmup=1", "--steps=1",
+                   "--repeats=1", "--skip=matmul_peak,ours_1_tower,ours_bf16,keras,"
+                   "pipeline_1_thread,pipeline"]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        failed = subprocess.run(command, capture_output=True, text=True, timeout=600,
+                                check=False, env=env)
+        self.assertEqual(failed.returncode, 1)
+        self.assertIn("measurement ours failed", failed.stderr)
+        self.assertIn("Error", failed.stderr.strip().splitlines()[-1])
+        self.assertFalse(os.path.exists(output))
+        kept = subprocess.run(command + ["--keep_going"], capture_output=True, text=True,
+                              timeout=600, check=False, env=env)
+        self.assertEqual(kept.returncode, 0, kept.stderr[-3000:])
+        with open(output, encoding="utf-8") as handle:
+            report = json.load(handle)
+        self.assertIsNone(report["ours_images_per_sec"])
+        self.assertEqual(sorted(report["errors"]), ["ours"])
+        self.assertIn("Error", report["errors"]["ours"])
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -99,7 +99,8 @@ def ours(settings):
         built = train_graph.build_train_graph(
             input_batch, lambda decay: model.make_model_fn(model_settings, decay),
             optimization, placement.tower_devices,
-            initial_loss_scale=loss_scaling.INITIAL_SCALE if precision == "fp16" else None)
+            initial_loss_scale=loss_scaling.INITIAL_SCALE if precision == "fp16" else None,
+            variable_device=settings.get("variable_device", train_graph.VARIABLE_DEVICE))
         train_op = built.stages[0].train_op
         flops_per_image = count_flops(graph) / batch
         init = (tf1.global_variables_initializer(), tf1.local_variables_initializer(),

@@ -97,7 +97,8 @@ def learning_rate_schedule(settings, global_step):
 
 
 def build_train_graph(input_batch, make_model_fn, optimization, tower_devices, plan=None,
-                      histograms=False, wrap_optimizer=None, initial_loss_scale=None):
+                      histograms=False, wrap_optimizer=None, initial_loss_scale=None,
+                      variable_device=VARIABLE_DEVICE):
     """Builds the towers once and one train op per stage of `plan`, in the default graph.
 
     Args:
@@ -113,6 +114,8 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices, p
         synchronous replicas, whose chief applies both once per global step).
       initial_loss_scale: turns on dynamic loss scaling (loss_scaling.py; for fp16 towers)
         starting at this scale; None: off. Not combinable with wrap_optimizer.
+      variable_device: where the variables, the gradient averaging and the updates run (the
+        CPU, as in the original; bench.measure tries '/gpu:0' for one-GPU machines).
 
     Returns:
       TrainGraph. Raises stages.PlanError when a stage selects no variable or its loss
@@ -120,15 +123,15 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices, p
     """
     plan = (plan or stages_lib.DEFAULT_PLAN).validate()
     global_step = tf1.train.get_or_create_global_step()
-    with tf.device(VARIABLE_DEVICE):
+    with tf.device(variable_device):
         schedule = learning_rate_schedule(optimization, global_step)
         bn_decay = warmed_up_decay(optimization.batch_norm_decay, global_step)
     tower_inputs = towers_lib.split_batch((input_batch.images, input_batch.labels),
                                           len(tower_devices))
     towers = towers_lib.build_towers(make_model_fn(bn_decay), tower_inputs, tower_devices,
-                                     VARIABLE_DEVICE)
-    regularization = towers_lib.regularization_loss(VARIABLE_DEVICE)
-    with tf.device(VARIABLE_DEVICE):
+                                     variable_device)
+    regularization = towers_lib.regularization_loss(variable_device)
+    with tf.device(variable_device):
         moving_average = tf1.train.ExponentialMovingAverage(
             optimization.moving_average_decay, num_updates=global_step)
         # Every trainable variable gets its average now, whatever the stages train, so that
@@ -141,7 +144,8 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices, p
                          "use --precision=fp32 for distributed training.")
     shared = _SharedParts(towers, regularization, schedule, bn_decay, global_step,
                           moving_average, towers_lib.batch_norm_updates(towers), input_batch,
-                          histograms, len(plan.stages) == 1, wrap_optimizer, loss_scale)
+                          histograms, len(plan.stages) == 1, variable_device, wrap_optimizer,
+                          loss_scale)
     stage_ops = [_build_stage(stage, index, shared) for index, stage in enumerate(plan.stages)]
     return TrainGraph(global_step=global_step, plan=plan, stages=stage_ops,
                       corrupt_records=input_batch.corrupt_records,
@@ -167,6 +171,7 @@ class _SharedParts:
     input_batch: object
     histograms: bool
     single_stage: bool
+    variable_device: str = VARIABLE_DEVICE
     wrap_optimizer: object = None
     loss_scale: loss_scaling.LossScale = None
 
@@ -177,12 +182,12 @@ def _build_stage(stage, index, shared):
     with tf.name_scope(f"stage_{stage.name}"):
         tower_totals = towers_lib.tower_total_losses(shared.towers, shared.regularization,
                                                      stage.loss_terms)
-        with tf.device(VARIABLE_DEVICE):
+        with tf.device(shared.variable_device):
             tower_losses = tf.stack(tower_totals, name="tower_losses")
             mean_loss = towers_lib.mean_over_towers(tower_totals)
         scale = shared.loss_scale.scale if shared.loss_scale else None
         gradients = towers_lib.build_gradients(shared.towers, var_list, shared.regularization,
-                                               stage.loss_terms, device=VARIABLE_DEVICE,
+                                               stage.loss_terms, device=shared.variable_device,
                                                loss_scale=scale)
         if not gradients.grads_and_vars:
             terms = ", ".join(stage.loss_terms or sorted(shared.towers[0].loss_terms))
@@ -191,7 +196,7 @@ def _build_stage(stage, index, shared):
                 f"{len(var_list)} variables; pick scopes the loss depends on, or other loss "
                 "terms.")
         trained = [variable for _, variable in gradients.grads_and_vars]
-        with tf.device(VARIABLE_DEVICE):
+        with tf.device(shared.variable_device):
             learning_rate = (shared.schedule if stage.learning_rate is None
                              else tf.constant(stage.learning_rate, name="learning_rate"))
             optimizer = stages_lib.make_optimizer(stage, learning_rate, shared.single_stage)
@@ -229,7 +234,7 @@ def scalar_summary(tag, value):
 def _summaries(shared, stage, index, tower_totals, mean_loss, learning_rate, grads_and_vars):
     """TensorBoard summaries of one step of `stage`, merged into one op (run only when due)."""
     input_batch = shared.input_batch
-    with tf.device(VARIABLE_DEVICE), tf.name_scope("summaries"):
+    with tf.device(VARIABLE_DEVICE), tf.name_scope("summaries"):  # summary ops are CPU-only
         summaries = [scalar_summary("mean_loss", mean_loss),
                      scalar_summary("regularization_loss", shared.regularization),
                      scalar_summary("learning_rate", learning_rate),

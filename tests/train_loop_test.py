@@ -64,6 +64,41 @@ def run(train_dir, max_steps, log=None, **factory_args):
                                    log=log if log is not None else (lambda line: None))
 
 
+def train_steps(variable_device, steps=3):
+    """Variables after `steps` steps of the small model with the given variable device."""
+    with tf.Graph().as_default():
+        optimization = train_graph.OptimizationSettings(batch_size=BATCH, examples_per_epoch=64,
+                                                        initial_learning_rate=0.01)
+        built = train_graph.build_train_graph(
+            testing_utils.synthetic_input(BATCH), small_model_factory(), optimization,
+            [f"/cpu:{i}" for i in range(NUM_TOWERS)], variable_device=variable_device)
+        devices = {v.op.name: v.device for v in tf1.global_variables()}
+        config = testing_utils.cpu_session_config(NUM_TOWERS + 1)
+        with tf1.Session(config=config) as session:
+            session.run([tf1.global_variables_initializer(), built.input_initializer])
+            for _ in range(steps):
+                session.run(built.stages[0].train_op)
+            values = {v.op.name: session.run(v) for v in tf1.global_variables()}
+    return devices, values
+
+
+class VariableDeviceTest(unittest.TestCase):
+
+    def test_variables_and_updates_follow_variable_device_with_the_same_result(self):
+        on_cpu0_devices, on_cpu0 = train_steps("/cpu:0")
+        on_cpu2_devices, on_cpu2 = train_steps("/cpu:2")
+        del on_cpu0_devices["global_step"], on_cpu2_devices["global_step"]  # no device pinned
+        self.assertTrue(all(d.lower().endswith("cpu:0") for d in on_cpu0_devices.values()),
+                        on_cpu0_devices)
+        self.assertTrue(all(d.lower().endswith("cpu:2") for d in on_cpu2_devices.values()),
+                        on_cpu2_devices)
+        self.assertEqual(sorted(on_cpu0), sorted(on_cpu2))
+        self.assertGreater(on_cpu0["global_step"], 0)
+        for name, value in on_cpu0.items():
+            np.testing.assert_allclose(on_cpu2[name], value, rtol=1e-6, atol=1e-7,
+                                       err_msg=name)
+
+
 class NanCheckTest(unittest.TestCase):
 
     def test_nan_in_a_tower_that_is_not_the_last_is_caught_and_named(self):

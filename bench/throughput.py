@@ -14,10 +14,14 @@ import subprocess
 import sys
 import tempfile
 
-from absl import app
-from absl import flags
+from inception import cli
 
-from inception import devices
+cli.quiet_tensorflow()
+
+from absl import app  # noqa: E402  pylint: disable=wrong-import-position
+from absl import flags  # noqa: E402  pylint: disable=wrong-import-position
+
+from inception import devices  # noqa: E402  pylint: disable=wrong-import-position
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("output_json", "bench_results.json", "Where to write the report.")
@@ -241,7 +245,6 @@ def write_plot(report, path):
 
 
 def main(argv):
-    from inception import cli  # pylint: disable=import-outside-toplevel
     if len(argv) > 1:
         cli.fail(f"unexpected arguments {argv[1:]}")
     for name in ("warmup", "steps", "repeats", "batch_size", "towers"):
@@ -270,5 +273,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    from inception import cli as _cli  # noqa: E402  pylint: disable=ungrouped-imports
-    app.run(main, flags_parser=_cli.parse_flags)
+    app.run(main, flags_parser=cli.parse_flags)

@@ -7,6 +7,7 @@ synthetic input for every training measurement. Writes the JSON report and a PNG
 images/sec by configuration. Run by hand; results go in the README.
 """
 
+import functools
 import json
 import os
 import platform
@@ -60,6 +61,7 @@ def gpu_names():
     return [line.strip() for line in completed.stdout.splitlines() if line.strip()]
 
 
+@functools.lru_cache(maxsize=None)
 def machine_details():
     """CPU model, core count, GPUs, Python and TensorFlow versions."""
     model = platform.processor() or "unknown"
@@ -127,8 +129,12 @@ def measure_or_record(kind, settings, log, errors, name):
         return None
 
 
-def run_all(log):
-    """Every measurement of the report, in one run; returns the report dict."""
+def run_all(log, save_partial=lambda report: None):
+    """Every measurement of the report, in one run; returns the report dict.
+
+    After each measurement `save_partial` gets the report so far (`complete` false, pending
+    measurements null), so a run stopped early still leaves what it measured.
+    """
     common = {"image_size": FLAGS.image_size, "batch_size": FLAGS.batch_size,
               "warmup": FLAGS.warmup, "steps": FLAGS.steps, "repeats": FLAGS.repeats,
               "work_dir": tempfile.mkdtemp(prefix="inception_bench_")}
@@ -156,12 +162,22 @@ def run_all(log):
     if not has_gpu:
         skip.update(["ours_fp16", "ours_variables_on_gpu"])
     errors = {}
-    results = {name: (None if name in skip else
-                      measure_or_record(kind, {**common, **extra}, log, errors, name))
-               for name, (kind, extra) in plan.items()}
-    report = build_report(results)
-    report["errors"] = errors
-    return report
+    results = {name: None for name in plan}
+    for name, (kind, extra) in plan.items():
+        if name in skip:
+            continue
+        results[name] = measure_or_record(kind, {**common, **extra}, log, errors, name)
+        save_partial({**build_report(results), "errors": errors, "complete": False})
+    return {**build_report(results), "errors": errors, "complete": True}
+
+
+def write_json(report, path):
+    """Writes `report` to `path` atomically (a reader never sees half a file)."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    temporary = path + ".partial"
+    with open(temporary, "w", encoding="utf-8") as handle:
+        json.dump(report, handle, indent=2)
+    os.replace(temporary, path)
 
 
 def _ratio(numerator, denominator):
@@ -207,7 +223,7 @@ def build_report(results):
                      "warmup_steps_discarded": FLAGS.warmup, "steps_per_round": FLAGS.steps,
                      "rounds": FLAGS.repeats, "statistic": "median"},
         "rounds": {name: result.get("rounds") for name, result in results.items() if result},
-        "machine": machine_details(),
+        "machine": dict(machine_details()),
     }
     return report
 
@@ -252,13 +268,17 @@ def main(argv):
             cli.fail(f"--{name}={FLAGS[name].value} must be at least 1.")
     output = cli.user_path(FLAGS.output_json)
     plot = cli.user_path(FLAGS.output_plot) or os.path.splitext(output)[0] + ".png"
+    saved = []
+
+    def save_partial(partial):
+        write_json(partial, output)
+        saved.append(output)
+
     try:
-        report = run_all(cli.log)
+        report = run_all(cli.log, save_partial)
     except (RuntimeError, subprocess.TimeoutExpired) as error:
-        cli.fail(error)
-    os.makedirs(os.path.dirname(output) or ".", exist_ok=True)
-    with open(output, "w", encoding="utf-8") as handle:
-        json.dump(report, handle, indent=2)
+        cli.fail(f"{error} (the measurements before it are in {output})" if saved else error)
+    write_json(report, output)
     write_plot(report, plot)
     for key in ("ours_images_per_sec", "keras_images_per_sec", "speedup_vs_keras",
                 "ours_bf16_images_per_sec", "speedup_vs_keras_bf16", "ours_fp16_images_per_sec",

@@ -8,6 +8,10 @@ class StopRequest:
     killing the process; a second one gets the previous behaviour (stop at once).
 
     Outside the main thread signals cannot be caught; the request then never fires.
+
+    The handler only records the signal: the log line is written by the first `requested`
+    check after it, in the program's own flow. Printing from the handler itself could land in
+    the middle of a print of the main code and fail ("reentrant call inside <stdout>").
     """
 
     def __init__(self, log, action="stopping"):
@@ -15,6 +19,7 @@ class StopRequest:
         self._log = log
         self._action = action
         self._previous = {}
+        self._announced = False
 
     def __enter__(self):
         for number in (signal.SIGINT, signal.SIGTERM):
@@ -26,14 +31,19 @@ class StopRequest:
 
     @property
     def requested(self):
-        """True once a signal arrived."""
-        return self.signal_number is not None
+        """True once a signal arrived; the first such check logs what happens next."""
+        if self.signal_number is None:
+            return False
+        if not self._announced:
+            self._announced = True
+            self._log(f"{signal.Signals(self.signal_number).name} received: {self._action} "
+                      "(send it again to stop at once).")
+        return True
 
     def _handle(self, number, frame):
         del frame
-        self.signal_number = number
-        self._log(f"{signal.Signals(number).name} received: {self._action} (send it again to "
-                  "stop at once).")
+        if self.signal_number is None:
+            self.signal_number = number
         signal.signal(number, self._previous.get(number, signal.SIG_DFL))
 
     def __exit__(self, *exc_info):

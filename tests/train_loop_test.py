@@ -3,6 +3,7 @@
 import os
 import signal
 import threading
+import time
 import unittest
 
 import numpy as np
@@ -12,6 +13,7 @@ from inception import checkpoints
 from inception import train_graph
 from inception import train_loop
 from inception.cadence import Cadence
+from inception.stop_request import StopRequest
 from tests import testing_utils
 
 tf1 = tf.compat.v1
@@ -80,6 +82,24 @@ def train_steps(variable_device, steps=3):
                 session.run(built.stages[0].train_op)
             values = {v.op.name: session.run(v) for v in tf1.global_variables()}
     return devices, values
+
+
+class StopRequestTest(unittest.TestCase):
+
+    def test_the_handler_only_records_and_the_next_check_logs_once(self):
+        # Logging inside the handler could interrupt a print of the main code ("reentrant
+        # call inside <stdout>", seen in the eval watch test).
+        lines = []
+        previous = signal.getsignal(signal.SIGTERM)
+        with StopRequest(lines.append, "stopping") as stop:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)  # the handler runs in the main thread between bytecodes
+            self.assertEqual(stop.signal_number, signal.SIGTERM)
+            self.assertEqual(lines, [])
+            self.assertTrue(stop.requested)
+            self.assertTrue(stop.requested)
+        self.assertEqual(lines, ["SIGTERM received: stopping (send it again to stop at once)."])
+        self.assertIs(signal.getsignal(signal.SIGTERM), previous)
 
 
 class VariableDeviceTest(unittest.TestCase):

@@ -69,9 +69,11 @@ def matmul_peak(settings):
                                   settings.get("matmul_steps", 10), settings["repeats"])
     flops = 2.0 * size ** 3 * settings.get("matmul_steps", 10)
     gflops = [flops / seconds / 1e9 for seconds in rounds]
-    return {"gflops": statistics.median(gflops), "rounds": gflops,
-            "device": "gpu (tf32)" if on_gpu and tf.config.experimental.
-            tensor_float_32_execution_enabled() else "gpu" if on_gpu else "cpu"}
+    device = "cpu"
+    if on_gpu:
+        tf32 = tf.config.experimental.tensor_float_32_execution_enabled()
+        device = "gpu (tf32)" if tf32 else "gpu"
+    return {"gflops": statistics.median(gflops), "rounds": gflops, "device": device}
 
 
 def ours(settings):

@@ -156,7 +156,7 @@ def run_all(log, save_partial=lambda report: None):
         "pipeline": ("pipeline", {"threads": 0, "pipeline_images": FLAGS.pipeline_images}),
     }
     skip = set(FLAGS.skip)
-    has_gpu = bool(gpu_names())
+    has_gpu = bool(machine_details()["gpus"])
     if has_gpu or not devices.cpu_supports_bf16():
         skip.add("ours_bf16")
     if not has_gpu:

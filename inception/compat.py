@@ -60,7 +60,7 @@ def patch_dropout_without_select():
     """
     import tf_slim  # pylint: disable=import-outside-toplevel
     from tf_slim.layers import layers as slim_layers  # pylint: disable=import-outside-toplevel
-    if getattr(slim_layers.dropout, "_inception_mask_dropout", False):
+    if hasattr(slim_layers.dropout, "original"):  # already patched
         return
     mask_dropout = _make_mask_dropout()
     mask_dropout.original = slim_layers.dropout  # tests put it back to show the patch is needed
@@ -88,7 +88,6 @@ def _make_mask_dropout():
             return utils.collect_named_outputs(outputs_collections, variable_scope.name,
                                                outputs)
 
-    dropout._inception_mask_dropout = True  # pylint: disable=protected-access
     return dropout
 
 

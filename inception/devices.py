@@ -6,6 +6,7 @@ split into equal virtual GPUs when the user asks for more towers than GPUs.
 
 import dataclasses
 import math
+import os
 
 import tensorflow as tf
 
@@ -131,4 +132,44 @@ def apply_precision(config, precision):
         rewrite.auto_mixed_precision_onednn_bfloat16 = rewrite.ON
     elif precision == "fp16":
         rewrite.auto_mixed_precision = rewrite.ON
+    return config
+
+
+VARIABLE_DEVICES = {"cpu": "/cpu:0", "gpu": "/gpu:0"}
+
+
+def check_variable_device(variable_device, placement, distributed=False):
+    """Raises PlacementError unless the variables can live on `variable_device` ('cpu' or
+    'gpu'); returns its device name. 'gpu' (the first GPU) needs GPU towers on this machine."""
+    if variable_device not in VARIABLE_DEVICES:
+        raise PlacementError(f"--variable_device={variable_device}: use cpu or gpu.")
+    if variable_device == "gpu":
+        if placement.device_type != "gpu":
+            raise PlacementError("--variable_device=gpu needs GPU towers and this machine has "
+                                 "no GPU; leave it at cpu.")
+        if distributed:
+            raise PlacementError("--variable_device=gpu is for one machine; on a cluster the "
+                                 "variables live on the parameter servers.")
+    return VARIABLE_DEVICES[variable_device]
+
+
+CPU_XLA_FLAG = "--tf_xla_cpu_global_jit"
+
+
+def allow_xla_on_cpu():
+    """Adds the flag that lets XLA auto-cluster CPU ops to TF_XLA_FLAGS (GPUs need none).
+
+    TensorFlow reads TF_XLA_FLAGS once per process, the first time anything asks for an XLA
+    setting (running an op can): entry points call this before TensorFlow does any work.
+    """
+    flags = os.environ.get("TF_XLA_FLAGS", "")
+    if CPU_XLA_FLAG not in flags.split():
+        os.environ["TF_XLA_FLAGS"] = f"{flags} {CPU_XLA_FLAG}".strip()
+
+
+def apply_xla(config):
+    """Turns on XLA auto-clustering in `config` (TensorFlow compiles the fusable parts of the
+    step); returns it. On CPUs it also needs allow_xla_on_cpu() early in the process."""
+    config.graph_options.optimizer_options.global_jit_level = tf1.OptimizerOptions.ON_1
+    allow_xla_on_cpu()
     return config

@@ -18,6 +18,7 @@ from absl import app  # noqa: E402  pylint: disable=wrong-import-position
 from absl import flags  # noqa: E402  pylint: disable=wrong-import-position
 
 from inception import datasets  # noqa: E402  pylint: disable=wrong-import-position
+from inception import devices  # noqa: E402  pylint: disable=wrong-import-position
 from inception import distributed  # noqa: E402  pylint: disable=wrong-import-position
 from inception import train_loop  # noqa: E402  pylint: disable=wrong-import-position
 from inception import training  # noqa: E402  pylint: disable=wrong-import-position
@@ -57,6 +58,12 @@ flags.DEFINE_enum("precision", "fp32", ("fp32", "bf16", "fp16"),
                   "Arithmetic of the towers: fp32; bf16 (CPUs with AVX512-BF16/AMX: oneDNN "
                   "mixed precision); fp16 (GPUs: mixed precision with dynamic loss scaling). "
                   "Variables, loss and averaging stay fp32.")
+flags.DEFINE_enum("variable_device", "cpu", ("cpu", "gpu"),
+                  "Where the variables, the gradient averaging and the updates live: cpu (as in "
+                  "the original; the towers read them from there) or gpu (the first GPU; saves "
+                  "the per-step weight copy on one-GPU machines). See README, Benchmarks.")
+flags.DEFINE_bool("xla", False, "Compile the step with XLA auto-clustering (fuses batch norm, "
+                  "ReLU and friends; slower on this project's CPU, see README, Benchmarks).")
 flags.DEFINE_bool("strict_input", False, "Stop on a damaged image instead of skipping it.")
 flags.DEFINE_bool("histograms", False, "Write gradient and variable histograms (costly).")
 flags.DEFINE_integer("log_every_n_steps", 10, "Log a loss line every this many steps.")
@@ -112,7 +119,7 @@ def options_from_flags(cluster=None):
         initial_learning_rate=FLAGS.initial_learning_rate,
         num_epochs_per_decay=FLAGS.num_epochs_per_decay,
         learning_rate_decay_factor=FLAGS.learning_rate_decay_factor, seed=FLAGS.seed,
-        precision=FLAGS.precision,
+        precision=FLAGS.precision, variable_device=FLAGS.variable_device, xla=FLAGS.xla,
         strict_input=FLAGS.strict_input, histograms=FLAGS.histograms,
         log_every_n_steps=FLAGS.log_every_n_steps,
         save_summaries_steps=FLAGS.save_summaries_steps,
@@ -174,6 +181,8 @@ def main(argv):
     if cluster is not None and cluster.job_name == "ps":
         serve_parameters(cluster)
         return
+    if FLAGS.xla:
+        devices.allow_xla_on_cpu()  # before TensorFlow reads its XLA flags
     options = options_from_flags(cluster)
     try:
         result = training.train(options, log=cli.log, on_stuck=exit_now)

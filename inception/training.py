@@ -48,6 +48,8 @@ class TrainOptions:
     learning_rate_decay_factor: float = 0.16
     seed: int = None
     precision: str = "fp32"
+    variable_device: str = "cpu"
+    xla: bool = False
     strict_input: bool = False
     histograms: bool = False
     log_every_n_steps: int = 10
@@ -130,6 +132,7 @@ class ResolvedRun:
     batch_size: int
     max_steps: int
     placement: devices.TowerPlacement
+    variable_device: str
     plan: stages.TrainingPlan
     shards: list
     optimization: train_graph.OptimizationSettings
@@ -158,13 +161,15 @@ def resolve_run(options, log=print):
                          f"{placement.num_towers} towers; use a multiple of "
                          f"{placement.num_towers}.")
     devices.check_precision(options.precision, placement)
+    variable_device = devices.check_variable_device(options.variable_device, placement,
+                                                    distributed=options.cluster is not None)
     plan = resolve_plan(options)
     if options.cluster is not None:
         check_cluster_options(options, plan)
     return ResolvedRun(
         dataset=dataset, settings=resolve_model_settings(options, dataset, stored),
         batch_size=batch_size, max_steps=_pick(options.max_steps, defaults.max_steps),
-        placement=placement, plan=plan, shards=dataset.shards(options.subset),
+        placement=placement, variable_device=variable_device, plan=plan, shards=dataset.shards(options.subset),
         optimization=train_graph.OptimizationSettings(
             batch_size=batch_size, examples_per_epoch=dataset.num_examples(options.subset, log),
             initial_learning_rate=_pick(options.initial_learning_rate,
@@ -189,14 +194,17 @@ def describe_run(options, run):
     """The first log line of a run: data, model, towers, batch, precision, end step."""
     settings, batch_size = run.settings, run.batch_size
     batch = f"global batch {batch_size}"
+    extras = "".join([f"; variables on {options.variable_device.upper()}"
+                      if options.variable_device != "cpu" else "",
+                      "; XLA" if options.xla else ""])
     if options.cluster is not None:
         batch = (f"{options.cluster.describe()}; batch {batch_size} per worker, "
                  f"{batch_size * options.cluster.replicas_to_aggregate} per update")
     return (f"training {settings.dataset} ({settings.num_classes - 1} classes, "
             f"{run.dataset.data_dir}); Inception v3 x{settings.depth_multiplier:g} at "
             f"{settings.image_size}px; {run.placement.describe()}; {batch} "
-            f"({batch_size // run.placement.num_towers} per tower); {options.precision}; "
-            f"up to step {run.max_steps}")
+            f"({batch_size // run.placement.num_towers} per tower); {options.precision}"
+            f"{extras}; up to step {run.max_steps}")
 
 
 def graph_builder(options, run, replica):
@@ -214,7 +222,8 @@ def graph_builder(options, run, replica):
             run.optimization, run.placement.tower_devices, run.plan, options.histograms,
             wrap_optimizer=replica.wrap_optimizer if replica else None,
             initial_loss_scale=(loss_scaling.INITIAL_SCALE if options.precision == "fp16"
-                                else None))
+                                else None),
+            variable_device=run.variable_device)
     return build_graph
 
 
@@ -249,6 +258,8 @@ def train(options, log=print, on_stuck=None):
         devices.session_config(run.placement, options.intra_op_threads,
                                options.inter_op_threads),
         options.precision)
+    if options.xla:
+        devices.apply_xla(config)
     replica = (distributed.ClusterWorker(options.cluster, config, log, on_stuck)
                if options.cluster is not None else None)
     try:

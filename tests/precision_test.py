@@ -113,6 +113,19 @@ class PrecisionChoiceTest(unittest.TestCase):
         with self.assertRaisesRegex(devices.PlacementError, "CPU ops only"):
             devices.check_precision("bf16", gpu)
 
+    def test_variables_go_to_the_gpu_only_with_gpu_towers_on_one_machine(self):
+        cpu = devices.plan_towers(2, physical_gpus=0)
+        gpu = devices.plan_towers(1, physical_gpus=1)
+        self.assertEqual(devices.check_variable_device("cpu", cpu), "/cpu:0")
+        self.assertEqual(devices.check_variable_device("cpu", gpu), "/cpu:0")
+        self.assertEqual(devices.check_variable_device("gpu", gpu), "/gpu:0")
+        with self.assertRaisesRegex(devices.PlacementError, "no GPU; leave it at cpu"):
+            devices.check_variable_device("gpu", cpu)
+        with self.assertRaisesRegex(devices.PlacementError, "parameter servers"):
+            devices.check_variable_device("gpu", gpu, distributed=True)
+        with self.assertRaisesRegex(devices.PlacementError, "use cpu or gpu"):
+            devices.check_variable_device("tpu", gpu)
+
     def test_cpu_flags_are_read(self):
         path = os.path.join(testing_utils.temp_dir("cpuinfo"), "cpuinfo")
         with open(path, "w", encoding="utf-8") as handle:

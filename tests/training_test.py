@@ -147,6 +147,11 @@ class BadInputTest(unittest.TestCase):
         with open(os.path.join(train_dir, checkpoints.SETTINGS_FILE), encoding="utf-8") as f:
             self.assertEqual(f.read(), before)
 
+    def test_variables_on_a_gpu_the_machine_lacks(self):
+        self.assert_fails_without_writing(
+            tiny_options(testing_utils.temp_dir("bad"), variable_device="gpu"),
+            devices.PlacementError, "--variable_device=gpu needs GPU towers")
+
     def test_more_towers_than_gpus(self):
         with self.assertRaisesRegex(devices.PlacementError, "--virtual_gpu_memory_mb"):
             devices.plan_towers(4, physical_gpus=2)

@@ -53,31 +53,41 @@ def gpu_count():
     return len(tf.config.list_physical_devices("GPU"))
 
 
+PEAK_DTYPES = {"fp32": tf.float32, "bf16": tf.bfloat16, "fp16": tf.float16}
+KERAS_POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
+
+
 def matmul_peak(settings):
-    """fp32 matrix-multiply throughput in GFLOP/s (the MFU denominator), on the first GPU if
-    there is one (TensorFlow's default there is TF32 tensor cores, as in training), else on
-    the CPU."""
+    """Matrix-multiply throughput in GFLOP/s (the MFU denominator), on the first GPU if there
+    is one, else on the CPU. `precision` fp32 (the default; on a GPU TensorFlow runs it on TF32
+    tensor cores, as in training), bf16 or fp16: the peak of our mixed-precision step."""
     on_gpu = gpu_count() > 0
+    precision = settings.get("precision", "fp32")
     size = settings.get("matmul_size", 8192 if on_gpu else 2048)
+    steps = settings.get("matmul_steps", 10)
     with tf.Graph().as_default(), tf.device("/gpu:0" if on_gpu else "/cpu:0"):
-        a = tf1.get_variable("a", [size, size], initializer=tf1.random_normal_initializer())
-        b = tf1.get_variable("b", [size, size], initializer=tf1.random_normal_initializer())
-        product = tf.reduce_sum(tf.matmul(a, b))
+        # Operands held in the measured precision: the peak is the multiply's, not a cast's.
+        a, b = (tf1.Variable(tf.cast(tf.random.normal([size, size]), PEAK_DTYPES[precision]))
+                for _ in range(2))
+        product = tf.reduce_sum(tf.cast(tf.matmul(a, b), tf.float32))
         with tf1.Session(config=_config(settings)) as session:
             session.run(tf1.global_variables_initializer())
             rounds = timed_rounds(lambda n: [session.run(product) for _ in range(n)], 3,
-                                  settings.get("matmul_steps", 10), settings["repeats"])
-    flops = 2.0 * size ** 3 * settings.get("matmul_steps", 10)
-    gflops = [flops / seconds / 1e9 for seconds in rounds]
-    device = "cpu"
-    if on_gpu:
-        tf32 = tf.config.experimental.tensor_float_32_execution_enabled()
-        device = "gpu (tf32)" if tf32 else "gpu"
+                                  steps, settings["repeats"])
+    gflops = [2.0 * size ** 3 * steps / seconds / 1e9 for seconds in rounds]
+    device = "gpu" if on_gpu else "cpu"
+    if on_gpu and precision == "fp32" and \
+            tf.config.experimental.tensor_float_32_execution_enabled():
+        device = "gpu (tf32)"
+    elif precision != "fp32":
+        device = f"{device} ({precision})"
     return {"gflops": statistics.median(gflops), "rounds": gflops, "device": device}
 
 
 def ours(settings):
     """Our training step (towers, averaging, EMA, batch-norm updates) on synthetic input.
+
+    Settings as the trainer's flags: `precision`, `variable_device` (a device name), `xla`.
 
     Towers go where training puts them: one per GPU (GPUs split into virtual devices of
     `virtual_gpu_memory_mb` when there are more towers than GPUs), else virtual CPU devices.
@@ -86,6 +96,8 @@ def ours(settings):
     from inception import loss_scaling  # pylint: disable=import-outside-toplevel
     from inception import model  # pylint: disable=import-outside-toplevel
     from inception import train_graph  # pylint: disable=import-outside-toplevel
+    if settings.get("xla"):
+        devices.allow_xla_on_cpu()  # before TensorFlow reads its XLA flags
     batch, size, towers = settings["batch_size"], settings["image_size"], settings["towers"]
     precision = settings.get("precision", "fp32")
     placement = devices.plan_towers(towers, gpu_count(),
@@ -110,6 +122,8 @@ def ours(settings):
     config = devices.apply_precision(
         devices.session_config(placement, settings.get("intra_op_threads", 0),
                                settings.get("inter_op_threads", 0)), precision)
+    if settings.get("xla"):
+        devices.apply_xla(config)
     with tf1.Session(graph=graph, config=config) as session:
         session.run(init)
         rounds = timed_rounds(lambda n: [session.run(train_op) for _ in range(n)],
@@ -142,9 +156,15 @@ def count_flops(graph):
 
 
 def keras(settings):
-    """keras.applications.InceptionV3 trained with `fit` on the same synthetic batch."""
+    """keras.applications.InceptionV3 trained with `fit` on the same synthetic batch.
+
+    `precision` bf16 / fp16 sets Keras's own mixed-precision policy (mixed_bfloat16 /
+    mixed_float16, the latter with Keras's automatic loss scaling): the same-precision
+    comparison for our --precision step.
+    """
     batch, size = settings["batch_size"], settings["image_size"]
     tf.config.threading.set_intra_op_parallelism_threads(settings.get("intra_op_threads", 0))
+    tf.keras.mixed_precision.set_global_policy(KERAS_POLICIES[settings.get("precision", "fp32")])
     model = tf.keras.applications.InceptionV3(weights=None, input_shape=(size, size, 3),
                                               classes=NUM_CLASSES)
     # jit_compile "auto" is what a Keras user gets: XLA on GPUs, none on CPUs.

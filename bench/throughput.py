@@ -1,10 +1,11 @@
 """`bazel run //bench:throughput -- --output_json=PATH`: our trainer against Keras, side by side.
 
-Runs, one after the other on this machine, each in its own process: the fp32 matmul peak, our
+Runs, one after the other on this machine, each in its own process: the matmul peak, our
 training step with N towers and with 1 tower, keras.applications.InceptionV3 with `fit`, and
-the input pipeline alone (per core and with every core). Same image size, global batch and
-synthetic input for every training measurement. Writes the JSON report and a PNG plot of
-images/sec by configuration. Run by hand; results go in the README.
+the input pipeline alone (per core and with every core); where the machine has a faster
+precision (bf16 CPUs, GPUs) also the peak, our step and Keras's `fit` in that precision. Same
+image size, global batch and synthetic input for every training measurement. Writes the JSON
+report and a PNG plot of images/sec by configuration. Run by hand; results go in the README.
 """
 
 import functools
@@ -37,11 +38,12 @@ flags.DEFINE_integer("steps", 3, "Steps per timed round.")
 flags.DEFINE_integer("repeats", 5, "Timed rounds; the median is reported.")
 flags.DEFINE_integer("pipeline_images", 256, "Distinct JPEGs the pipeline measurement cycles.")
 flags.DEFINE_integer("timeout_secs", 1800, "Give up on one measurement after this long.")
-flags.DEFINE_list("skip", [], "Measurements to leave out (matmul_peak, ours, ours_1_tower, "
-                  "ours_bf16, ours_fp16, ours_variables_on_gpu, keras, pipeline_1_thread, "
-                  "pipeline); their keys are then null. ours_bf16 runs only on CPU-only "
-                  "machines whose CPU has bf16 instructions, ours_fp16 and "
-                  "ours_variables_on_gpu only where there is a GPU.")
+flags.DEFINE_list("skip", [], "Measurements to leave out (matmul_peak, matmul_peak_bf16, "
+                  "matmul_peak_fp16, ours, ours_1_tower, ours_bf16, ours_fp16, "
+                  "ours_variables_on_gpu, ours_xla, keras, keras_bf16, keras_fp16, "
+                  "pipeline_1_thread, pipeline); their keys are then null. The bf16 ones run "
+                  "only on CPU-only machines whose CPU has bf16 instructions, the fp16 ones, "
+                  "ours_variables_on_gpu and ours_xla only where there is a GPU.")
 flags.DEFINE_integer("virtual_gpu_memory_mb", 20000, "Memory of each virtual GPU when there "
                      "are more --towers than GPUs (e.g. 2 towers on 1 GPU).")
 flags.DEFINE_enum("keras_jit_compile", "auto", ["auto", "true", "false"],
@@ -129,6 +131,10 @@ def measure_or_record(kind, settings, log, errors, name):
         return None
 
 
+BF16_CPU_ONLY = ("matmul_peak_bf16", "ours_bf16", "keras_bf16")
+GPU_ONLY = ("matmul_peak_fp16", "ours_fp16", "keras_fp16", "ours_variables_on_gpu", "ours_xla")
+
+
 def run_all(log, save_partial=lambda report: None):
     """Every measurement of the report, in one run; returns the report dict.
 
@@ -140,8 +146,12 @@ def run_all(log, save_partial=lambda report: None):
               "work_dir": tempfile.mkdtemp(prefix="inception_bench_")}
     ours = {"towers": FLAGS.towers, "depth_multiplier": FLAGS.depth_multiplier,
             "virtual_gpu_memory_mb": FLAGS.virtual_gpu_memory_mb}
+    keras = {"jit_compile": {"auto": "auto", "true": True,
+                             "false": False}[FLAGS.keras_jit_compile]}
     plan = {
         "matmul_peak": ("matmul_peak", {}),
+        "matmul_peak_bf16": ("matmul_peak", {"precision": "bf16"}),
+        "matmul_peak_fp16": ("matmul_peak", {"precision": "fp16"}),
         "ours": ("ours", ours),
         "ours_1_tower": ("ours", {**ours, "towers": 1}),
         "ours_bf16": ("ours", {**ours, "precision": "bf16"}),
@@ -149,8 +159,11 @@ def run_all(log, save_partial=lambda report: None):
         # The original keeps variables on the CPU; on one GPU that costs a weight copy and a
         # host-side update per step. Measured side by side to decide the default.
         "ours_variables_on_gpu": ("ours", {**ours, "variable_device": "/gpu:0"}),
-        "keras": ("keras", {"jit_compile": {"auto": "auto", "true": True,
-                                            "false": False}[FLAGS.keras_jit_compile]}),
+        "ours_xla": ("ours", {**ours, "xla": True}),
+        "keras": ("keras", keras),
+        # Keras with its own mixed-precision policy: the same-precision comparison.
+        "keras_bf16": ("keras", {**keras, "precision": "bf16"}),
+        "keras_fp16": ("keras", {**keras, "precision": "fp16"}),
         "pipeline_1_thread": ("pipeline", {"threads": 1,
                                            "pipeline_images": FLAGS.pipeline_images}),
         "pipeline": ("pipeline", {"threads": 0, "pipeline_images": FLAGS.pipeline_images}),
@@ -158,9 +171,9 @@ def run_all(log, save_partial=lambda report: None):
     skip = set(FLAGS.skip)
     has_gpu = bool(machine_details()["gpus"])
     if has_gpu or not devices.cpu_supports_bf16():
-        skip.add("ours_bf16")
+        skip.update(BF16_CPU_ONLY)
     if not has_gpu:
-        skip.update(["ours_fp16", "ours_variables_on_gpu"])
+        skip.update(GPU_ONLY)
     errors = {}
     results = {name: None for name in plan}
     for name, (kind, extra) in plan.items():
@@ -189,9 +202,15 @@ def build_report(results):
     def rate(name):
         return results[name]["images_per_sec"] if results.get(name) else None
 
+    def peak(name):
+        return results[name]["gflops"] if results.get(name) else None
+
     ours = rate("ours")
     flops = results["ours"]["train_flops_per_image"] if results.get("ours") else None
-    peak = results["matmul_peak"]["gflops"] if results.get("matmul_peak") else None
+
+    def mfu(images_per_sec, peak_gflops):
+        return _ratio(images_per_sec * flops / 1e9 if images_per_sec and flops else None,
+                      peak_gflops)
     report = {
         "ours_images_per_sec": ours,
         "ours_1_tower_images_per_sec": rate("ours_1_tower"),
@@ -199,14 +218,23 @@ def build_report(results):
         "speedup_vs_keras": _ratio(ours, rate("keras")),
         "ours_bf16_images_per_sec": rate("ours_bf16"),
         "speedup_vs_keras_bf16": _ratio(rate("ours_bf16"), rate("keras")),
+        "keras_bf16_images_per_sec": rate("keras_bf16"),
+        "speedup_bf16_vs_keras_bf16": _ratio(rate("ours_bf16"), rate("keras_bf16")),
         "ours_fp16_images_per_sec": rate("ours_fp16"),
         "speedup_vs_keras_fp16": _ratio(rate("ours_fp16"), rate("keras")),
+        "keras_fp16_images_per_sec": rate("keras_fp16"),
+        "speedup_fp16_vs_keras_fp16": _ratio(rate("ours_fp16"), rate("keras_fp16")),
         "ours_variables_on_gpu_images_per_sec": rate("ours_variables_on_gpu"),
+        "ours_xla_images_per_sec": rate("ours_xla"),
         "train_gflops_per_image": flops / 1e9 if flops else None,
-        "matmul_peak_gflops": peak,
+        "matmul_peak_gflops": peak("matmul_peak"),
         "matmul_peak_device": results["matmul_peak"]["device"] if results.get("matmul_peak")
         else None,
-        "mfu": _ratio(ours * flops / 1e9 if ours and flops else None, peak),
+        "mfu": mfu(ours, peak("matmul_peak")),
+        "matmul_peak_bf16_gflops": peak("matmul_peak_bf16"),
+        "mfu_bf16": mfu(rate("ours_bf16"), peak("matmul_peak_bf16")),
+        "matmul_peak_fp16_gflops": peak("matmul_peak_fp16"),
+        "mfu_fp16": mfu(rate("ours_fp16"), peak("matmul_peak_fp16")),
         "tower_overhead": (1.0 - ours / rate("ours_1_tower")) if ours and rate("ours_1_tower")
         else None,
         "pipeline_images_per_sec": rate("pipeline"),
@@ -228,6 +256,14 @@ def build_report(results):
     return report
 
 
+SUMMARY_KEYS = ("ours_images_per_sec", "keras_images_per_sec", "speedup_vs_keras", "mfu",
+                "ours_bf16_images_per_sec", "keras_bf16_images_per_sec", "speedup_vs_keras_bf16",
+                "speedup_bf16_vs_keras_bf16", "mfu_bf16", "ours_fp16_images_per_sec",
+                "keras_fp16_images_per_sec", "speedup_vs_keras_fp16",
+                "speedup_fp16_vs_keras_fp16", "mfu_fp16", "ours_variables_on_gpu_images_per_sec",
+                "ours_xla_images_per_sec", "tower_overhead", "pipeline_headroom")
+
+
 def write_plot(report, path):
     """A bar chart of images/sec by configuration."""
     import matplotlib  # pylint: disable=import-outside-toplevel
@@ -240,7 +276,10 @@ def write_plot(report, path):
             ("ours, fp16", report["ours_fp16_images_per_sec"], "#08306b"),
             ("ours, variables on GPU", report["ours_variables_on_gpu_images_per_sec"],
              "#6baed6"),
+            ("ours, XLA", report["ours_xla_images_per_sec"], "#6baed6"),
             ("Keras fit", report["keras_images_per_sec"], "#ff7f0e"),
+            ("Keras fit, mixed_bfloat16", report["keras_bf16_images_per_sec"], "#a63603"),
+            ("Keras fit, mixed_float16", report["keras_fp16_images_per_sec"], "#a63603"),
             ("input pipeline", report["pipeline_images_per_sec"], "#2ca02c")]
     bars = [(name, value, colour) for name, value, colour in bars if value]
     figure, axes = plt.subplots(figsize=(7, 3.5))
@@ -280,15 +319,11 @@ def main(argv):
         cli.fail(f"{error} (the measurements before it are in {output})" if saved else error)
     write_json(report, output)
     write_plot(report, plot)
-    for key in ("ours_images_per_sec", "keras_images_per_sec", "speedup_vs_keras",
-                "ours_bf16_images_per_sec", "speedup_vs_keras_bf16", "ours_fp16_images_per_sec",
-                "speedup_vs_keras_fp16", "ours_variables_on_gpu_images_per_sec", "mfu",
-                "tower_overhead",
-                "pipeline_headroom"):
+    for key in SUMMARY_KEYS:
         value = report[key]
-        cli.log(f"{key:>22}: " + ("skipped" if value is None else f"{value:.3f}"))
+        cli.log(f"{key:>36}: " + ("skipped" if value is None else f"{value:.3f}"))
     for name, error in report["errors"].items():
-        cli.log(f"{name:>22}: FAILED ({error})")
+        cli.log(f"{name:>36}: FAILED ({error})")
     cli.log(f"report: {output}  plot: {plot}")
 
 

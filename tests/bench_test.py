@@ -11,10 +11,13 @@ from tests import testing_utils
 
 KEYS = ("ours_images_per_sec", "ours_1_tower_images_per_sec", "keras_images_per_sec",
         "speedup_vs_keras", "ours_bf16_images_per_sec", "speedup_vs_keras_bf16",
-        "ours_fp16_images_per_sec", "speedup_vs_keras_fp16",
-        "ours_variables_on_gpu_images_per_sec",
+        "keras_bf16_images_per_sec", "speedup_bf16_vs_keras_bf16", "matmul_peak_bf16_gflops",
+        "mfu_bf16", "ours_fp16_images_per_sec", "speedup_vs_keras_fp16",
+        "keras_fp16_images_per_sec", "speedup_fp16_vs_keras_fp16", "matmul_peak_fp16_gflops",
+        "mfu_fp16", "ours_variables_on_gpu_images_per_sec", "ours_xla_images_per_sec",
         "train_gflops_per_image", "matmul_peak_gflops", "mfu", "tower_overhead",
         "pipeline_images_per_sec", "pipeline_images_per_sec_per_core", "pipeline_headroom")
+GPU_ONLY_MARKS = ("fp16", "on_gpu", "xla")
 
 
 class ThroughputBenchmarkTest(unittest.TestCase):
@@ -31,22 +34,31 @@ class ThroughputBenchmarkTest(unittest.TestCase):
         with open(output, encoding="utf-8") as handle:
             report = json.load(handle)
         for key in KEYS:
-            if ("bf16" in key and not devices.cpu_supports_bf16()) or "fp16" in key or \
-                    "on_gpu" in key:
-                self.assertIsNone(report[key], key)  # measured only on GPUs
+            if ("bf16" in key and not devices.cpu_supports_bf16()) or \
+                    any(mark in key for mark in GPU_ONLY_MARKS):
+                self.assertIsNone(report[key], key)  # measured only on GPUs (bf16: CPUs with it)
             else:
                 self.assertIsInstance(report[key], float, key)
         self.assertGreater(report["ours_images_per_sec"], 0.0)
         self.assertAlmostEqual(report["speedup_vs_keras"],
                                report["ours_images_per_sec"] / report["keras_images_per_sec"])
+        bf16 = ["matmul_peak_bf16", "ours_bf16", "keras_bf16"]
         measured = ["matmul_peak", "ours", "ours_1_tower", "keras", "pipeline_1_thread",
-                    "pipeline"] + (["ours_bf16"] if devices.cpu_supports_bf16() else [])
+                    "pipeline"] + (bf16 if devices.cpu_supports_bf16() else [])
         self.assertEqual(sorted(report["peak_memory_mb"]), sorted(measured))
         self.assertEqual(len(report["rounds"]["ours"]), 2)
         self.assertIn("cpu", report["machine"])
         self.assertEqual(report["errors"], {})
         self.assertTrue(report["complete"])
         self.assertEqual(report["matmul_peak_device"], "cpu")
+        if devices.cpu_supports_bf16():
+            self.assertAlmostEqual(report["speedup_bf16_vs_keras_bf16"],
+                                   report["ours_bf16_images_per_sec"]
+                                   / report["keras_bf16_images_per_sec"])
+            self.assertAlmostEqual(report["mfu_bf16"],
+                                   report["ours_bf16_images_per_sec"]
+                                   * report["train_gflops_per_image"]
+                                   / report["matmul_peak_bf16_gflops"])
         self.assertIn("virtual CPU", report["placement"])
         with open(output[:-len(".json")] + ".png", "rb") as handle:
             self.assertEqual(handle.read(8), b"\x89PNG\r\n\x1a\n")
@@ -57,8 +69,8 @@ class ThroughputBenchmarkTest(unittest.TestCase):
         # build fails inside the measurement process, after the matmul peak was measured.
         command = [sys.executable, "-m", "bench.throughput", f"--output_json={output}",
                    "--image_size=10", "--batch_size=2", "--warmup=1", "--steps=1",
-                   "--repeats=1", "--skip=ours_1_tower,ours_bf16,keras,pipeline_1_thread,"
-                   "pipeline"]
+                   "--repeats=1", "--skip=matmul_peak_bf16,ours_1_tower,ours_bf16,keras,"
+                   "keras_bf16,pipeline_1_thread,pipeline"]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
         failed = subprocess.run(command, capture_output=True, text=True, timeout=600,
                                 check=False, env=env)

@@ -144,11 +144,30 @@ def run_all(log, save_partial=lambda report: None):
     common = {"image_size": FLAGS.image_size, "batch_size": FLAGS.batch_size,
               "warmup": FLAGS.warmup, "steps": FLAGS.steps, "repeats": FLAGS.repeats,
               "work_dir": tempfile.mkdtemp(prefix="inception_bench_")}
+    plan = measurement_plan()
+    skip = set(FLAGS.skip)
+    has_gpu = bool(machine_details()["gpus"])
+    if has_gpu or not devices.cpu_supports_bf16():
+        skip.update(BF16_CPU_ONLY)
+    if not has_gpu:
+        skip.update(GPU_ONLY)
+    errors = {}
+    results = {name: None for name in plan}
+    for name, (kind, extra) in plan.items():
+        if name in skip:
+            continue
+        results[name] = measure_or_record(kind, {**common, **extra}, log, errors, name)
+        save_partial({**build_report(results), "errors": errors, "complete": False})
+    return {**build_report(results), "errors": errors, "complete": True}
+
+
+def measurement_plan():
+    """{name: (bench.measure kind, its settings)} of every measurement, in running order."""
     ours = {"towers": FLAGS.towers, "depth_multiplier": FLAGS.depth_multiplier,
             "virtual_gpu_memory_mb": FLAGS.virtual_gpu_memory_mb}
     keras = {"jit_compile": {"auto": "auto", "true": True,
                              "false": False}[FLAGS.keras_jit_compile]}
-    plan = {
+    return {
         "matmul_peak": ("matmul_peak", {}),
         "matmul_peak_bf16": ("matmul_peak", {"precision": "bf16"}),
         "matmul_peak_fp16": ("matmul_peak", {"precision": "fp16"}),
@@ -168,20 +187,6 @@ def run_all(log, save_partial=lambda report: None):
                                            "pipeline_images": FLAGS.pipeline_images}),
         "pipeline": ("pipeline", {"threads": 0, "pipeline_images": FLAGS.pipeline_images}),
     }
-    skip = set(FLAGS.skip)
-    has_gpu = bool(machine_details()["gpus"])
-    if has_gpu or not devices.cpu_supports_bf16():
-        skip.update(BF16_CPU_ONLY)
-    if not has_gpu:
-        skip.update(GPU_ONLY)
-    errors = {}
-    results = {name: None for name in plan}
-    for name, (kind, extra) in plan.items():
-        if name in skip:
-            continue
-        results[name] = measure_or_record(kind, {**common, **extra}, log, errors, name)
-        save_partial({**build_report(results), "errors": errors, "complete": False})
-    return {**build_report(results), "errors": errors, "complete": True}
 
 
 def write_json(report, path):
@@ -305,6 +310,10 @@ def main(argv):
     for name in ("warmup", "steps", "repeats", "batch_size", "towers"):
         if FLAGS[name].value < 1:
             cli.fail(f"--{name}={FLAGS[name].value} must be at least 1.")
+    unknown = sorted(set(FLAGS.skip) - set(measurement_plan()))
+    if unknown:
+        cli.fail(f"--skip={','.join(unknown)}: no such measurement; use some of "
+                 f"{', '.join(measurement_plan())}.")
     output = cli.user_path(FLAGS.output_json)
     plot = cli.user_path(FLAGS.output_plot) or os.path.splitext(output)[0] + ".png"
     saved = []

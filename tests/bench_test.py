@@ -95,5 +95,19 @@ class ThroughputBenchmarkTest(unittest.TestCase):
         self.assertEqual(sorted(report["errors"]), ["ours"])
         self.assertIn("Error", report["errors"]["ours"])
 
+    def test_an_unknown_skip_name_is_refused_before_measuring(self):
+        output = os.path.join(testing_utils.temp_dir("bench_skip"), "report.json")
+        completed = subprocess.run(
+            [sys.executable, "-m", "bench.throughput", f"--output_json={output}",
+             "--skip=keras,kerass"], capture_output=True, text=True, timeout=300, check=False,
+            env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+        self.assertEqual(completed.returncode, 1)
+        last_line = completed.stderr.strip().splitlines()[-1]
+        self.assertTrue(last_line.startswith("error: --skip=kerass: no such measurement"),
+                        last_line)
+        self.assertIn("keras_bf16", last_line)
+        self.assertFalse(os.path.exists(output))
+
+
 if __name__ == "__main__":
     unittest.main()

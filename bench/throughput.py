@@ -42,8 +42,8 @@ flags.DEFINE_list("skip", [], "Measurements to leave out (matmul_peak, matmul_pe
                   "matmul_peak_fp16, ours, ours_1_tower, ours_bf16, ours_fp16, "
                   "ours_variables_on_gpu, ours_xla, keras, keras_bf16, keras_fp16, "
                   "pipeline_1_thread, pipeline); their keys are then null. The bf16 ones run "
-                  "only on CPU-only machines whose CPU has bf16 instructions, the fp16 ones, "
-                  "ours_variables_on_gpu and ours_xla only where there is a GPU.")
+                  "only on CPU-only machines whose CPU has bf16 instructions, the fp16 ones "
+                  "and ours_variables_on_gpu only where there is a GPU.")
 flags.DEFINE_integer("virtual_gpu_memory_mb", 20000, "Memory of each virtual GPU when there "
                      "are more --towers than GPUs (e.g. 2 towers on 1 GPU).")
 flags.DEFINE_enum("keras_jit_compile", "auto", ["auto", "true", "false"],
@@ -132,7 +132,7 @@ def measure_or_record(kind, settings, log, errors, name):
 
 
 BF16_CPU_ONLY = ("matmul_peak_bf16", "ours_bf16", "keras_bf16")
-GPU_ONLY = ("matmul_peak_fp16", "ours_fp16", "keras_fp16", "ours_variables_on_gpu", "ours_xla")
+GPU_ONLY = ("matmul_peak_fp16", "ours_fp16", "keras_fp16", "ours_variables_on_gpu")
 
 
 def run_all(log, save_partial=lambda report: None):

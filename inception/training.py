@@ -169,7 +169,8 @@ def resolve_run(options, log=print):
     return ResolvedRun(
         dataset=dataset, settings=resolve_model_settings(options, dataset, stored),
         batch_size=batch_size, max_steps=_pick(options.max_steps, defaults.max_steps),
-        placement=placement, variable_device=variable_device, plan=plan, shards=dataset.shards(options.subset),
+        placement=placement, variable_device=variable_device, plan=plan,
+        shards=dataset.shards(options.subset),
         optimization=train_graph.OptimizationSettings(
             batch_size=batch_size, examples_per_epoch=dataset.num_examples(options.subset, log),
             initial_learning_rate=_pick(options.initial_learning_rate,

@@ -18,6 +18,10 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from inception import cli  # noqa: E402  pylint: disable=wrong-import-position
+
+cli.allow_xla_on_cpu()  # for "xla": before TensorFlow reads its XLA flags
+
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
@@ -96,8 +100,6 @@ def ours(settings):
     from inception import loss_scaling  # pylint: disable=import-outside-toplevel
     from inception import model  # pylint: disable=import-outside-toplevel
     from inception import train_graph  # pylint: disable=import-outside-toplevel
-    if settings.get("xla"):
-        devices.allow_xla_on_cpu()  # before TensorFlow reads its XLA flags
     batch, size, towers = settings["batch_size"], settings["image_size"], settings["towers"]
     precision = settings.get("precision", "fp32")
     placement = devices.plan_towers(towers, gpu_count(),

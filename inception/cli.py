@@ -7,6 +7,21 @@ import tempfile
 import warnings
 
 
+CPU_XLA_FLAG = "--tf_xla_cpu_global_jit"
+
+
+def allow_xla_on_cpu():
+    """Adds the flag that lets XLA auto-cluster CPU ops (--xla) to TF_XLA_FLAGS.
+
+    TensorFlow reads TF_XLA_FLAGS once per process, as early as when it first lists its
+    devices, so this must come before that; quiet_tensorflow() calls it. The flag alone
+    compiles nothing: only a session whose config asks for XLA (devices.apply_xla) clusters.
+    """
+    flags = os.environ.get("TF_XLA_FLAGS", "")
+    if CPU_XLA_FLAG not in flags.split():
+        os.environ["TF_XLA_FLAGS"] = f"{flags} {CPU_XLA_FLAG}".strip()
+
+
 def quiet_tensorflow():
     """Hides TensorFlow's start-up chatter (C++ info lines, deprecation notices). Call first.
 
@@ -16,6 +31,7 @@ def quiet_tensorflow():
     logs "failed call to cuInit").
     """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    allow_xla_on_cpu()  # before the device listing below fixes TensorFlow's XLA flags
     warnings.filterwarnings("ignore", category=UserWarning, module="tensorflow")
     warnings.filterwarnings("ignore", category=UserWarning, module="tf_keras")
     with _native_stderr_held_back():

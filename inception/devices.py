@@ -6,7 +6,6 @@ split into equal virtual GPUs when the user asks for more towers than GPUs.
 
 import dataclasses
 import math
-import os
 
 import tensorflow as tf
 
@@ -153,23 +152,9 @@ def check_variable_device(variable_device, placement, distributed=False):
     return VARIABLE_DEVICES[variable_device]
 
 
-CPU_XLA_FLAG = "--tf_xla_cpu_global_jit"
-
-
-def allow_xla_on_cpu():
-    """Adds the flag that lets XLA auto-cluster CPU ops to TF_XLA_FLAGS (GPUs need none).
-
-    TensorFlow reads TF_XLA_FLAGS once per process, the first time anything asks for an XLA
-    setting (running an op can): entry points call this before TensorFlow does any work.
-    """
-    flags = os.environ.get("TF_XLA_FLAGS", "")
-    if CPU_XLA_FLAG not in flags.split():
-        os.environ["TF_XLA_FLAGS"] = f"{flags} {CPU_XLA_FLAG}".strip()
-
-
 def apply_xla(config):
     """Turns on XLA auto-clustering in `config` (TensorFlow compiles the fusable parts of the
-    step); returns it. On CPUs it also needs allow_xla_on_cpu() early in the process."""
+    step); returns it. On CPUs this works only in a process that called
+    cli.allow_xla_on_cpu() before TensorFlow listed its devices (every entry point does)."""
     config.graph_options.optimizer_options.global_jit_level = tf1.OptimizerOptions.ON_1
-    allow_xla_on_cpu()
     return config

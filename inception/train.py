@@ -18,7 +18,6 @@ from absl import app  # noqa: E402  pylint: disable=wrong-import-position
 from absl import flags  # noqa: E402  pylint: disable=wrong-import-position
 
 from inception import datasets  # noqa: E402  pylint: disable=wrong-import-position
-from inception import devices  # noqa: E402  pylint: disable=wrong-import-position
 from inception import distributed  # noqa: E402  pylint: disable=wrong-import-position
 from inception import train_loop  # noqa: E402  pylint: disable=wrong-import-position
 from inception import training  # noqa: E402  pylint: disable=wrong-import-position
@@ -181,8 +180,6 @@ def main(argv):
     if cluster is not None and cluster.job_name == "ps":
         serve_parameters(cluster)
         return
-    if FLAGS.xla:
-        devices.allow_xla_on_cpu()  # before TensorFlow reads its XLA flags
     options = options_from_flags(cluster)
     try:
         result = training.train(options, log=cli.log, on_stuck=exit_now)

@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from inception import checkpoints
 from inception import datasets
+from inception import devices
 from inception import evaluator
 from inception.stop_request import StopRequest
 
@@ -60,6 +61,9 @@ def resolve_settings(options, log=print):
 
 def run_evaluation(options, log=print, logits_fn=None):
     """Evaluates as `options` say; returns the list of EvalResult (one per checkpoint)."""
+    # Memory growth before anything creates the GPU devices: evaluation shares the GPU with a
+    # training run beside it.
+    devices.configure_gpus(devices.plan_towers(None, devices.count_gpus()))
     settings, dataset = resolve_settings(options, log)
     shards = dataset.shards(options.subset)
     expected = dataset.num_examples(options.subset, log)
@@ -74,6 +78,7 @@ def run_evaluation(options, log=print, logits_fn=None):
         writer = tf1.summary.FileWriter(eval_dir)
     results = []
     config = tf1.ConfigProto(allow_soft_placement=True)
+    config.gpu_options.allow_growth = True
 
     def evaluate(path):
         log(f"evaluating {path} on {expected} {options.subset} examples of {dataset.name}...")

@@ -8,6 +8,7 @@ import dataclasses
 
 import tensorflow as tf
 
+from inception import mixed_precision
 from inception.compat import tf_slim as slim
 from tf_slim.nets import inception_v3
 
@@ -96,9 +97,18 @@ def smoothed_cross_entropy(logits, one_hot, name):
         loss_collection=None)
 
 
-def make_model_fn(settings, batch_norm_decay):
-    """Returns `model_fn(images, labels) -> {term: scalar loss}` for towers.build_towers."""
+def make_model_fn(settings, batch_norm_decay, compute_dtype=None):
+    """Returns `model_fn(images, labels) -> {term: scalar loss}` for towers.build_towers.
+
+    compute_dtype: tf.bfloat16 / tf.float16 builds the network in that dtype with float32
+    variables (mixed_precision.py; GPU towers); None builds it in float32.
+    """
     def model_fn(images, labels):
-        logits, aux_logits = inception_logits(images, settings, True, batch_norm_decay)
-        return classification_losses(logits, aux_logits, labels, settings.num_classes)
+        with mixed_precision.building_in(compute_dtype):
+            logits, aux_logits = inception_logits(
+                mixed_precision.to_compute(images, compute_dtype), settings, True,
+                batch_norm_decay)
+        return classification_losses(mixed_precision.to_float32(logits),
+                                     mixed_precision.to_float32(aux_logits), labels,
+                                     settings.num_classes)
     return model_fn

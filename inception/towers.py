@@ -100,9 +100,11 @@ def build_towers(model_fn, tower_inputs, devices, variable_device="/cpu:0"):
 
 
 def regularization_loss(variable_device="/cpu:0"):
-    """Sum of the graph's regularization losses (created once, with the variables), or 0."""
+    """Sum of the graph's regularization losses (created once, with the variables), or 0: a
+    float32 scalar (terms of layers built in bf16/fp16 are cast up)."""
     with tf.device(variable_device), tf.name_scope("regularization"):
-        losses = tf1.get_collection(tf1.GraphKeys.REGULARIZATION_LOSSES)
+        losses = [tf.cast(loss, tf.float32)
+                  for loss in tf1.get_collection(tf1.GraphKeys.REGULARIZATION_LOSSES)]
         return tf.add_n(losses, name="total") if losses else tf.constant(0.0, name="total")
 
 

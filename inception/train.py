@@ -54,13 +54,13 @@ flags.DEFINE_float("learning_rate_decay_factor", 0.16, "Learning-rate decay fact
 flags.DEFINE_integer("seed", None, "Seed for reproducible initial weights, input order and "
                      "distortions.")
 flags.DEFINE_enum("precision", "fp32", ("fp32", "bf16", "fp16"),
-                  "Arithmetic of the towers: fp32; bf16 (CPUs with AVX512-BF16/AMX: oneDNN "
-                  "mixed precision); fp16 (GPUs: mixed precision with dynamic loss scaling). "
-                  "Variables, loss and averaging stay fp32.")
-flags.DEFINE_enum("variable_device", "cpu", ("cpu", "gpu"),
+                  "Arithmetic of the towers: fp32 (TF32 tensor cores on GPUs that have them); "
+                  "bf16 (GPUs of compute capability 8.0+, or CPUs with AVX512-BF16/AMX); fp16 "
+                  "(GPUs, with dynamic loss scaling). Variables, loss and averaging stay fp32.")
+flags.DEFINE_enum("variable_device", "auto", ("auto", "cpu", "gpu"),
                   "Where the variables, the gradient averaging and the updates live: cpu (as in "
-                  "the original; the towers read them from there) or gpu (the first GPU; saves "
-                  "the per-step weight copy on one-GPU machines). See README, Benchmarks.")
+                  "the original; the towers read them from there), gpu (the first GPU), or auto: "
+                  "the GPU when there is one GPU, else the CPU. See README, Benchmarks.")
 flags.DEFINE_bool("xla", False, "Compile the step with XLA auto-clustering (fuses batch norm, "
                   "ReLU and friends; slower on this project's CPU, see README, Benchmarks).")
 flags.DEFINE_bool("strict_input", False, "Stop on a damaged image instead of skipping it.")

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from inception import loss_scaling
 from inception import stages as stages_lib
+from inception import staging
 from inception import towers as towers_lib
 
 tf1 = tf.compat.v1
@@ -64,13 +65,18 @@ class StageOps:
 
 @dataclasses.dataclass(frozen=True)
 class TrainGraph:
-    """Everything the training loop needs; `stages[i]` belongs to `plan.stages[i]`."""
+    """Everything the training loop needs; `stages[i]` belongs to `plan.stages[i]`.
+
+    input_fill: with inputs staged on the towers' devices, the op that stages the first batch
+    (run once after `input_initializer`, before the first step); None without staging.
+    """
     global_step: tf.Variable
     plan: stages_lib.TrainingPlan
     stages: list
     corrupt_records: tf.Tensor
     input_initializer: tf.Operation
     moving_average: tf1.train.ExponentialMovingAverage
+    input_fill: tf.Operation = None
 
     @property
     def skipped_variables(self):
@@ -98,7 +104,7 @@ def learning_rate_schedule(settings, global_step):
 
 def build_train_graph(input_batch, make_model_fn, optimization, tower_devices, plan=None,
                       histograms=False, wrap_optimizer=None, initial_loss_scale=None,
-                      variable_device=VARIABLE_DEVICE):
+                      variable_device=VARIABLE_DEVICE, stage_inputs=False):
     """Builds the towers once and one train op per stage of `plan`, in the default graph.
 
     Args:
@@ -115,7 +121,9 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices, p
       initial_loss_scale: turns on dynamic loss scaling (loss_scaling.py; for fp16 towers)
         starting at this scale; None: off. Not combinable with wrap_optimizer.
       variable_device: where the variables, the gradient averaging and the updates run (the
-        CPU, as in the original; bench.measure tries '/gpu:0' for one-GPU machines).
+        CPU, as in the original; the first GPU on one-GPU machines, devices.py).
+      stage_inputs: copy each tower's input to its device one step ahead (staging.py; GPU
+        towers).
 
     Returns:
       TrainGraph. Raises stages.PlanError when a stage selects no variable or its loss
@@ -128,6 +136,9 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices, p
         bn_decay = warmed_up_decay(optimization.batch_norm_decay, global_step)
     tower_inputs = towers_lib.split_batch((input_batch.images, input_batch.labels),
                                           len(tower_devices))
+    staged = staging.stage_on_devices(tower_inputs, tower_devices) if stage_inputs else None
+    if staged is not None:
+        tower_inputs = staged.tower_inputs
     towers = towers_lib.build_towers(make_model_fn(bn_decay), tower_inputs, tower_devices,
                                      variable_device)
     regularization = towers_lib.regularization_loss(variable_device)
@@ -142,14 +153,15 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices, p
     if loss_scale is not None and wrap_optimizer is not None:
         raise ValueError("loss scaling (fp16) cannot be combined with synchronous replicas; "
                          "use --precision=fp32 for distributed training.")
+    step_extras = towers_lib.batch_norm_updates(towers) + ([staged.put_op] if staged else [])
     shared = _SharedParts(towers, regularization, schedule, bn_decay, global_step,
-                          moving_average, towers_lib.batch_norm_updates(towers), input_batch,
-                          histograms, len(plan.stages) == 1, variable_device, wrap_optimizer,
-                          loss_scale)
+                          moving_average, step_extras, input_batch, histograms,
+                          len(plan.stages) == 1, variable_device, wrap_optimizer, loss_scale)
     stage_ops = [_build_stage(stage, index, shared) for index, stage in enumerate(plan.stages)]
     return TrainGraph(global_step=global_step, plan=plan, stages=stage_ops,
                       corrupt_records=input_batch.corrupt_records,
-                      input_initializer=input_batch.initializer, moving_average=moving_average)
+                      input_initializer=input_batch.initializer, moving_average=moving_average,
+                      input_fill=staged.put_op if staged else None)
 
 
 def sync_averages_op(moving_average, variables):
@@ -167,7 +179,7 @@ class _SharedParts:
     bn_decay: tf.Tensor
     global_step: tf.Variable
     moving_average: tf1.train.ExponentialMovingAverage
-    bn_updates: list
+    step_extras: list  # run with every step: batch-norm statistics, the next staged input
     input_batch: object
     histograms: bool
     single_stage: bool
@@ -201,7 +213,7 @@ def _build_stage(stage, index, shared):
                              else tf.constant(stage.learning_rate, name="learning_rate"))
             optimizer = stages_lib.make_optimizer(stage, learning_rate, shared.single_stage)
             update_ops = _update_ops(optimizer, gradients.grads_and_vars, trained, shared)
-            train_op = tf.group(*update_ops, *shared.bn_updates, name="train_op")
+            train_op = tf.group(*update_ops, *shared.step_extras, name="train_op")
         summary_op = _summaries(shared, stage, index, tower_totals, mean_loss, learning_rate,
                                 gradients.grads_and_vars)
     return StageOps(stage=stage, train_op=train_op, tower_losses=tower_losses,

@@ -184,6 +184,8 @@ def run_training(build_graph, session_config, settings, make_initializer=None, l
             if checkpoint:
                 log(timestamped(f"resumed from {checkpoint} (step {step})"))
             session.run([local_init, train_graph.input_initializer])
+            if train_graph.input_fill is not None:
+                session.run(train_graph.input_fill)  # the first batch, staged on the devices
             replica.begin(session)
             if step >= end_step:
                 log(f"{settings.train_dir} is already at step {step}, the end of this run "

@@ -48,7 +48,7 @@ class TrainOptions:
     learning_rate_decay_factor: float = 0.16
     seed: int = None
     precision: str = "fp32"
-    variable_device: str = "cpu"
+    variable_device: str = "auto"
     xla: bool = False
     strict_input: bool = False
     histograms: bool = False
@@ -140,10 +140,15 @@ class ResolvedRun:
 
 
 def resolve_run(options, log=print):
-    """Checks `options` against the data, the machine and `train_dir`; writes nothing.
+    """Checks `options` against the data, the machine and `train_dir`; writes nothing (it sets
+    this process's GPU options for the towers, devices.configure_gpus).
 
     Raises ValueError subclasses with a message that says what to do.
     """
+    # GPU options first: counting records below already makes TensorFlow create its devices.
+    placement = devices.plan_towers(options.num_towers, devices.count_gpus(),
+                                    options.virtual_gpu_memory_mb)
+    devices.configure_gpus(placement)
     # Stored settings bind only once a checkpoint exists: a run that failed before saving one
     # must not pin the flags of the next attempt.
     has_checkpoint = checkpoints.latest_checkpoint(options.train_dir) is not None
@@ -154,8 +159,6 @@ def resolve_run(options, log=print):
     dataset = datasets.resolve_dataset(dataset_name, data_dir, options.num_classes, log=log)
     defaults = dataset.defaults
     batch_size = _pick(options.batch_size, defaults.batch_size)
-    placement = devices.plan_towers(options.num_towers, devices.count_gpus(),
-                                    options.virtual_gpu_memory_mb)
     if batch_size % placement.num_towers:
         raise ValueError(f"--batch_size={batch_size} does not split evenly over "
                          f"{placement.num_towers} towers; use a multiple of "
@@ -195,8 +198,9 @@ def describe_run(options, run):
     """The first log line of a run: data, model, towers, batch, precision, end step."""
     settings, batch_size = run.settings, run.batch_size
     batch = f"global batch {batch_size}"
-    extras = "".join([f"; variables on {options.variable_device.upper()}"
-                      if options.variable_device != "cpu" else "",
+    extras = "".join([f"; variables on {run.variable_device.strip('/').upper()}"
+                      if run.variable_device != devices.VARIABLE_DEVICES["cpu"] else "",
+                      "; inputs staged on the GPUs" if stages_inputs(run) else "",
                       "; XLA" if options.xla else ""])
     if options.cluster is not None:
         batch = (f"{options.cluster.describe()}; batch {batch_size} per worker, "
@@ -206,6 +210,11 @@ def describe_run(options, run):
             f"{settings.image_size}px; {run.placement.describe()}; {batch} "
             f"({batch_size // run.placement.num_towers} per tower); {options.precision}"
             f"{extras}; up to step {run.max_steps}")
+
+
+def stages_inputs(run):
+    """Whether each tower's input is copied to its device a step ahead: for GPU towers."""
+    return run.placement.device_type == "gpu"
 
 
 def graph_builder(options, run, replica):
@@ -218,13 +227,15 @@ def graph_builder(options, run, replica):
                 run.shards, run.batch_size, run.settings.image_size, run.settings.num_classes,
                 seed=input_seed(options), strict=options.strict_input,
                 crop=run.dataset.defaults.crop)
+        compute_dtype = devices.tower_compute_dtype(options.precision, run.placement)
         return train_graph.build_train_graph(
-            input_batch, functools.partial(model.make_model_fn, run.settings),
+            input_batch, functools.partial(model.make_model_fn, run.settings,
+                                           compute_dtype=compute_dtype),
             run.optimization, run.placement.tower_devices, run.plan, options.histograms,
             wrap_optimizer=replica.wrap_optimizer if replica else None,
             initial_loss_scale=(loss_scaling.INITIAL_SCALE if options.precision == "fp16"
                                 else None),
-            variable_device=run.variable_device)
+            variable_device=run.variable_device, stage_inputs=stages_inputs(run))
     return build_graph
 
 
@@ -258,7 +269,7 @@ def train(options, log=print, on_stuck=None):
     config = devices.apply_precision(
         devices.session_config(run.placement, options.intra_op_threads,
                                options.inter_op_threads),
-        options.precision)
+        options.precision, run.placement)
     if options.xla:
         devices.apply_xla(config)
     replica = (distributed.ClusterWorker(options.cluster, config, log, on_stuck)

@@ -1,6 +1,6 @@
-"""Mixed precision: dynamic loss scaling (fp16) and the bf16 rewrite on CPUs that have it."""
+"""Mixed precision: dynamic loss scaling (fp16) and the bf16 rewrite on CPUs that have it
+(mixed_precision_test covers towers built in bf16 / fp16, the GPU path)."""
 
-import os
 import unittest
 
 import numpy as np
@@ -99,41 +99,7 @@ class LossScalingTest(unittest.TestCase):
                 self.assertEqual(session.run(step), 4)
 
 
-class PrecisionChoiceTest(unittest.TestCase):
-
-    def test_precision_needs_the_right_hardware(self):
-        cpu = devices.plan_towers(2, physical_gpus=0)
-        gpu = devices.plan_towers(2, physical_gpus=2)
-        devices.check_precision("bf16", cpu, bf16_cpu=True)
-        devices.check_precision("fp16", gpu)
-        with self.assertRaisesRegex(devices.PlacementError, "AVX512-BF16"):
-            devices.check_precision("bf16", cpu, bf16_cpu=False)
-        with self.assertRaisesRegex(devices.PlacementError, "needs GPU towers"):
-            devices.check_precision("fp16", cpu)
-        with self.assertRaisesRegex(devices.PlacementError, "CPU ops only"):
-            devices.check_precision("bf16", gpu)
-
-    def test_variables_go_to_the_gpu_only_with_gpu_towers_on_one_machine(self):
-        cpu = devices.plan_towers(2, physical_gpus=0)
-        gpu = devices.plan_towers(1, physical_gpus=1)
-        self.assertEqual(devices.check_variable_device("cpu", cpu), "/cpu:0")
-        self.assertEqual(devices.check_variable_device("cpu", gpu), "/cpu:0")
-        self.assertEqual(devices.check_variable_device("gpu", gpu), "/gpu:0")
-        with self.assertRaisesRegex(devices.PlacementError, "no GPU; leave it at cpu"):
-            devices.check_variable_device("gpu", cpu)
-        with self.assertRaisesRegex(devices.PlacementError, "parameter servers"):
-            devices.check_variable_device("gpu", gpu, distributed=True)
-        with self.assertRaisesRegex(devices.PlacementError, "use cpu or gpu"):
-            devices.check_variable_device("tpu", gpu)
-
-    def test_cpu_flags_are_read(self):
-        path = os.path.join(testing_utils.temp_dir("cpuinfo"), "cpuinfo")
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write("processor : 0\nflags : fpu avx512f avx512_bf16 sse\n")
-        self.assertTrue(devices.cpu_supports_bf16(path))
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write("flags : fpu avx2\n")
-        self.assertFalse(devices.cpu_supports_bf16(path))
+class Bf16RewriteTest(unittest.TestCase):
 
     def test_bf16_rewrite_runs_convolutions_in_bf16_and_trains(self):
         data_dir = testing_utils.tiny_demo_data(train=16, validation=4)
@@ -145,9 +111,7 @@ class PrecisionChoiceTest(unittest.TestCase):
                 seed=5, precision=precision), log=lambda line: None).last_mean_loss
 
         if not devices.cpu_supports_bf16():
-            with self.assertRaisesRegex(devices.PlacementError, "AVX512-BF16"):
-                first_loss("bf16")
-            return
+            self.skipTest("this CPU has no bf16 instructions (devices_test checks the error)")
         losses = {precision: first_loss(precision) for precision in ("fp32", "bf16")}
         self.assertTrue(np.isfinite(losses["bf16"]))
         # Same seed, same batch, same initial weights: bf16 arithmetic (8-bit mantissa, batch
@@ -158,7 +122,8 @@ class PrecisionChoiceTest(unittest.TestCase):
             images, _ = testing_utils.random_batch(2, size=16)
             kernel = tf1.get_variable("k", [3, 3, 3, 4])
             output = tf.reduce_sum(tf.nn.conv2d(tf.constant(images), kernel, 1, "SAME"))
-            config = devices.apply_precision(tf1.ConfigProto(), "bf16")
+            config = devices.apply_precision(tf1.ConfigProto(), "bf16",
+                                             devices.plan_towers(1, physical_gpus=0))
             metadata = tf1.RunMetadata()
             with tf1.Session(config=config) as session:
                 session.run(tf1.global_variables_initializer())

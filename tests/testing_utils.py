@@ -1,14 +1,22 @@
 """Helpers shared by the tests: virtual CPU sessions, tiny models, tiny data, event files."""
 
+import dataclasses
+import functools
 import glob
 import os
 import tempfile
+from unittest import mock
 
 import numpy as np
 import tensorflow as tf
+from tf_slim.layers import layers as slim_layers
+from tf_slim.ops import arg_scope
 
 from data import demo_data
 from inception import input_pipeline
+from inception import model
+from inception import towers
+from inception import train_graph
 
 tf1 = tf.compat.v1
 
@@ -94,3 +102,150 @@ def synthetic_input(batch_size):
     return input_pipeline.InputBatch(images=image_batch, labels=label_batch,
                                      corrupt_records=tf.constant(0, tf.int64),
                                      initializer=iterator.initializer)
+
+
+def run_towers(images, labels, model_fn, devices, config, var_scopes=None):
+    """Builds one tower per device on (images, labels) split evenly; returns (mean_loss,
+    {variable: averaged gradient}, info) after one run from the initial weights.
+
+    info: variable names, their devices, skipped variables, the towers' total-loss op names and
+    every op's device.
+    """
+    graph = tf.Graph()
+    with graph.as_default():
+        tf1.set_random_seed(0)
+        inputs = towers.split_batch((tf.constant(images), tf.constant(labels)), len(devices))
+        tower_list = towers.build_towers(model_fn, inputs, devices)
+        regularization = towers.regularization_loss()
+        totals = towers.tower_total_losses(tower_list, regularization)
+        mean_loss = towers.mean_over_towers(totals)
+        var_list = tf1.trainable_variables()
+        if var_scopes:
+            var_list = towers.variables_in_scopes(var_scopes)
+        gradients = towers.build_gradients(tower_list, var_list, regularization)
+        fetch = {variable.op.name: grad for grad, variable in gradients.grads_and_vars}
+        info = {
+            "variables": [v.op.name for v in tf1.global_variables()],
+            "variable_devices": {v.op.name: v.device for v in tf1.global_variables()},
+            "skipped": gradients.skipped,
+            "tower_losses_ops": [t.op.name for t in totals],
+            "op_devices": {op.name: op.device for op in graph.get_operations()},
+        }
+        with tf1.Session(config=config) as session:
+            session.run(tf1.global_variables_initializer())
+            loss_value, grad_values = session.run([mean_loss, fetch])
+    return loss_value, grad_values, info
+
+
+@arg_scope.add_arg_scope
+def no_dropout(inputs, *args, **kwargs):
+    """slim.dropout's signature, passing the input through: two graphs compared step for step
+    would otherwise drop different units (their random ops are seeded differently)."""
+    del args, kwargs
+    return tf.identity(inputs)
+
+
+TINY_INCEPTION = model.ModelSettings(num_classes=5, image_size=75, depth_multiplier=0.1,
+                                     dataset="synthetic")
+
+
+@dataclasses.dataclass(frozen=True)
+class StepResult:
+    """One training step of tiny_inception_step: the op types that ran (by device type too),
+    the towers' losses, each trainable variable's update, the dtypes of the float variables and
+    of the convolution and batch-norm ops, every float variable's device (the int64 step counters
+    have none: TensorFlow keeps them on the host), the data formats of the
+    convolutions as they ran (after Grappler, by device type), the loss scale (fp16)."""
+    ran: set
+    ran_on: dict
+    losses: np.ndarray
+    updates: dict
+    variable_dtypes: set
+    op_dtypes: dict
+    variable_devices: dict
+    conv_formats: dict
+    loss_scale: float = None
+
+
+def tiny_inception_step(devices, config, batch=16, compute_dtype=None, loss_scale=None,
+                        variable_device="/cpu:0", stage_inputs=False, checkpoint=None,
+                        settings=TINY_INCEPTION, images=None, steps=1):
+    """`steps` training steps of a tiny Inception v3 (towers on `devices`, batch norm, moving
+    averages; no dropout) on a fixed random batch, from the weights of `checkpoint` (a path) or
+    seeded initial ones; returns the StepResult of the last step."""
+    with tf.Graph().as_default() as graph:
+        tf1.set_random_seed(3)
+        optimization = train_graph.OptimizationSettings(batch_size=batch, examples_per_epoch=64,
+                                                        initial_learning_rate=0.01)
+        generated, labels = random_batch(batch, size=settings.image_size)
+        images = generated if images is None else images
+        dataset = tf.data.Dataset.from_tensors((images, labels)).repeat()
+        iterator = tf1.data.make_initializable_iterator(dataset)
+        image_batch, label_batch = iterator.get_next()
+        input_batch = input_pipeline.InputBatch(
+            images=image_batch, labels=label_batch, corrupt_records=tf.constant(0, tf.int64),
+            initializer=iterator.initializer)
+        with mock.patch.object(slim_layers, "dropout", no_dropout):
+            built = train_graph.build_train_graph(
+                input_batch, functools.partial(model.make_model_fn, settings,
+                                               compute_dtype=compute_dtype),
+                optimization, devices, initial_loss_scale=loss_scale,
+                variable_device=variable_device, stage_inputs=stage_inputs)
+        stage = built.stages[0]
+        variables = tf1.trainable_variables()
+        scale = [v for v in tf1.global_variables() if v.op.name == "loss_scale/scale"]
+        restorer = tf1.train.Saver(variables) if checkpoint else None
+        with tf1.Session(config=config) as session:
+            session.run([tf1.global_variables_initializer(), built.input_initializer])
+            if restorer:
+                restorer.restore(session, checkpoint)
+            if built.input_fill is not None:
+                session.run(built.input_fill)
+            before = session.run(variables)
+            for _ in range(steps - 1):
+                session.run(stage.train_op)
+                before = session.run(variables)
+            metadata = tf1.RunMetadata()
+            _, losses = session.run(
+                [stage.train_op, stage.tower_losses],
+                options=tf1.RunOptions(trace_level=tf1.RunOptions.FULL_TRACE,
+                                       output_partition_graphs=True),
+                run_metadata=metadata)
+            updates = {v.op.name: after - old
+                       for v, old, after in zip(variables, before, session.run(variables))}
+            scale_value = float(session.run(scale[0])) if scale else None
+    conv_formats = {}
+    for partition in metadata.partition_graphs:
+        for node in partition.node:
+            if node.op == "Conv2D":
+                kind = "GPU" if "gpu" in node.device.lower() else "CPU"
+                conv_formats.setdefault(kind, set()).add(node.attr["data_format"].s.decode())
+    ran_on = {}
+    for device in metadata.step_stats.dev_stats:
+        kind = "GPU" if "gpu" in device.device.lower() else "CPU"
+        for stats in device.node_stats:
+            ran_on.setdefault(kind, set()).add(
+                stats.timeline_label.split("=")[-1].split("(")[0].strip())
+    return StepResult(
+        ran=set().union(*ran_on.values()), ran_on=ran_on, losses=losses, updates=updates,
+        variable_dtypes={v.dtype.base_dtype for v in graph.get_collection("variables")
+                         if v.dtype.is_floating},
+        op_dtypes={op.type: op.get_attr("T") for op in graph.get_operations()
+                   if op.type in ("Conv2D", "Conv2DBackpropFilter", "FusedBatchNormV3")},
+        variable_devices={v.op.name: v.device for v in graph.get_collection("variables")
+                          if v.dtype.is_floating},
+        conv_formats=conv_formats, loss_scale=scale_value)
+
+
+def save_initial_weights(devices, config, settings=TINY_INCEPTION):
+    """A checkpoint of the tiny Inception's seeded initial trainable weights (fp32 graph);
+    returns its path, for comparing graphs built differently on the same weights."""
+    with tf.Graph().as_default():
+        tf1.set_random_seed(3)
+        with tf.device(devices[0]):
+            model.inception_logits(tf.zeros([2, settings.image_size, settings.image_size, 3]),
+                                   settings, True)
+        saver = tf1.train.Saver(tf1.trainable_variables())
+        with tf1.Session(config=config) as session:
+            session.run(tf1.global_variables_initializer())
+            return saver.save(session, os.path.join(temp_dir("weights"), "initial"))

@@ -14,34 +14,11 @@ BATCH = 8
 
 
 def build_and_run(num_towers, images, labels, model_fn, var_scope_filter=None):
-    """Builds `num_towers` towers on virtual CPUs; returns (mean_loss, {var: avg grad}, info)."""
-    graph = tf.Graph()
-    with graph.as_default():
-        tf1.set_random_seed(0)
-        image_t = tf.constant(images)
-        label_t = tf.constant(labels)
-        devices = [f"/cpu:{i}" for i in range(num_towers)]
-        inputs = towers.split_batch((image_t, label_t), num_towers)
-        tower_list = towers.build_towers(model_fn, inputs, devices)
-        regularization = towers.regularization_loss()
-        totals = towers.tower_total_losses(tower_list, regularization)
-        mean_loss = towers.mean_over_towers(totals)
-        var_list = tf1.trainable_variables()
-        if var_scope_filter:
-            var_list = towers.variables_in_scopes(var_scope_filter)
-        gradients = towers.build_gradients(tower_list, var_list, regularization)
-        fetch = {variable.op.name: grad for grad, variable in gradients.grads_and_vars}
-        info = {
-            "variables": [v.op.name for v in tf1.global_variables()],
-            "variable_devices": {v.op.name: v.device for v in tf1.global_variables()},
-            "skipped": gradients.skipped,
-            "tower_losses_ops": [t.op.name for t in totals],
-            "op_devices": {op.name: op.device for op in graph.get_operations()},
-        }
-        with tf1.Session(config=testing_utils.cpu_session_config(max(num_towers, 1))) as session:
-            session.run(tf1.global_variables_initializer())
-            loss_value, grad_values = session.run([mean_loss, fetch])
-    return loss_value, grad_values, info
+    """`num_towers` towers on virtual CPUs (testing_utils.run_towers)."""
+    return testing_utils.run_towers(images, labels, model_fn,
+                                    [f"/cpu:{i}" for i in range(num_towers)],
+                                    testing_utils.cpu_session_config(max(num_towers, 1)),
+                                    var_scope_filter)
 
 
 class TowerEquivalenceTest(unittest.TestCase):

@@ -152,17 +152,6 @@ class BadInputTest(unittest.TestCase):
             tiny_options(testing_utils.temp_dir("bad"), variable_device="gpu"),
             devices.PlacementError, "--variable_device=gpu needs GPU towers")
 
-    def test_more_towers_than_gpus(self):
-        with self.assertRaisesRegex(devices.PlacementError, "--virtual_gpu_memory_mb"):
-            devices.plan_towers(4, physical_gpus=2)
-        placement = devices.plan_towers(4, physical_gpus=2, virtual_gpu_memory_mb=1000)
-        self.assertEqual(placement.tower_devices, ["/gpu:0", "/gpu:1", "/gpu:2", "/gpu:3"])
-        config = devices.session_config(placement)
-        self.assertEqual(len(config.gpu_options.experimental.virtual_devices), 2)
-        self.assertEqual(devices.plan_towers(None, physical_gpus=0).tower_devices,
-                         ["/cpu:0", "/cpu:1"])
-        self.assertEqual(devices.plan_towers(None, physical_gpus=3).num_towers, 3)
-
 
 class CommandLineTest(unittest.TestCase):
     """The binary turns bad input into one line on stderr and a non-zero exit."""

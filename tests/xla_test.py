@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import unittest
-from unittest import mock
 
 from inception import cli
 
@@ -16,13 +15,8 @@ cli.allow_xla_on_cpu()
 
 import numpy as np  # noqa: E402  pylint: disable=wrong-import-position
 import tensorflow as tf  # noqa: E402  pylint: disable=wrong-import-position
-from tf_slim.layers import layers as slim_layers  # noqa: E402  pylint: disable=wrong-import-position
-from tf_slim.ops import arg_scope  # noqa: E402  pylint: disable=wrong-import-position
 
 from inception import devices  # noqa: E402  pylint: disable=wrong-import-position
-from inception import input_pipeline  # noqa: E402  pylint: disable=wrong-import-position
-from inception import model  # noqa: E402  pylint: disable=wrong-import-position
-from inception import train_graph  # noqa: E402  pylint: disable=wrong-import-position
 from tests import testing_utils  # noqa: E402  pylint: disable=wrong-import-position
 
 tf1 = tf.compat.v1
@@ -30,54 +24,17 @@ BATCH = 16  # 8 per tower: batch norm over fewer examples amplifies rounding
 NUM_TOWERS = 2
 
 
-@arg_scope.add_arg_scope
-def no_dropout(inputs, *args, **kwargs):
-    """slim.dropout's signature, passing the input through: compiled, dropout draws its mask
-    from XLA's own random generator, so the two runs would drop different units."""
-    del args, kwargs
-    return tf.identity(inputs)
-
-
 def inception_step(xla):
-    """Op types that ran, the towers' losses and each trainable variable's update in one step
-    of a tiny Inception v3 (two towers, batch norm, aux head, moving averages; no dropout) on a
-    fixed batch, with or without XLA."""
-    settings = model.ModelSettings(num_classes=5, image_size=75, depth_multiplier=0.1,
-                                   dataset="synthetic")
-    with tf.Graph().as_default():
-        tf1.set_random_seed(3)
-        optimization = train_graph.OptimizationSettings(batch_size=BATCH, examples_per_epoch=64,
-                                                        initial_learning_rate=0.01)
-        images, labels = testing_utils.random_batch(BATCH, size=75)
-        dataset = tf.data.Dataset.from_tensors((images, labels)).repeat()
-        iterator = tf1.data.make_initializable_iterator(dataset)
-        image_batch, label_batch = iterator.get_next()
-        input_batch = input_pipeline.InputBatch(
-            images=image_batch, labels=label_batch, corrupt_records=tf.constant(0, tf.int64),
-            initializer=iterator.initializer)
-        with mock.patch.object(slim_layers, "dropout", no_dropout):
-            built = train_graph.build_train_graph(
-                input_batch, lambda decay: model.make_model_fn(settings, decay), optimization,
-                [f"/cpu:{i}" for i in range(NUM_TOWERS)])
-        stage = built.stages[0]
-        config = testing_utils.cpu_session_config(NUM_TOWERS)
-        config.allow_soft_placement = True  # XLA's launch ops pick their own device
-        if xla:
-            devices.apply_xla(config)
-        with tf1.Session(config=config) as session:
-            session.run([tf1.global_variables_initializer(), built.input_initializer])
-            variables = tf1.trainable_variables()
-            before = session.run(variables)
-            metadata = tf1.RunMetadata()
-            _, losses = session.run(
-                [stage.train_op, stage.tower_losses],
-                options=tf1.RunOptions(trace_level=tf1.RunOptions.FULL_TRACE),
-                run_metadata=metadata)
-            updates = {v.op.name: after - old
-                       for v, old, after in zip(variables, before, session.run(variables))}
-    ran = {stats.timeline_label.split("=")[-1].split("(")[0].strip()
-           for device in metadata.step_stats.dev_stats for stats in device.node_stats}
-    return ran, losses, updates
+    """The op types that ran, the towers' losses and each trainable variable's update in one
+    step of a tiny Inception v3 on a fixed batch (testing_utils.tiny_inception_step), with or
+    without XLA."""
+    config = testing_utils.cpu_session_config(NUM_TOWERS)
+    config.allow_soft_placement = True  # XLA's launch ops pick their own device
+    if xla:
+        devices.apply_xla(config)
+    result = testing_utils.tiny_inception_step([f"/cpu:{i}" for i in range(NUM_TOWERS)], config,
+                                               batch=BATCH)
+    return result.ran, result.losses, result.updates
 
 
 class XlaTest(unittest.TestCase):

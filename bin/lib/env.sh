@@ -49,3 +49,18 @@ ensure_venv() {
   flock -u 9
 }
 
+
+# After `bazel test`: one line per test target whose log says tests were skipped (unittest's
+# "OK (skipped=N)"), with the first reason given, so that no skip passes silently.
+report_skipped_tests() {
+  local logs="$repo_root/bazel-testlogs" log target count reason
+  [[ -d $logs ]] || return 0
+  while IFS= read -r log; do
+    count=$(grep -oE '^(OK|FAILED) \(.*skipped=[0-9]+' "$log" | grep -oE '[0-9]+$' | tail -1) \
+      || true
+    [[ -n $count ]] || continue
+    target="//$(dirname "${log#"$logs"/}" | sed 's#/\([^/]*\)$#:\1#')"
+    reason=$(grep -oE "skipped '[^']*'" "$log" | head -1 | sed "s/^skipped '//; s/'$//") || true
+    say "$target: $count test(s) skipped${reason:+ ($reason)}"
+  done < <(find -L "$logs" -name test.log 2>/dev/null | sort)
+}

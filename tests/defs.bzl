@@ -1,0 +1,11 @@
+"""Test rules: CPU tests hide the machine's GPUs; GPU tests use them and skip visibly without."""
+
+def cpu_test(name, **kwargs):
+    """A py_test on virtual CPU devices. The machine's GPUs are hidden from it (an empty
+    CUDA_VISIBLE_DEVICES), so it runs the same on machines with and without GPUs."""
+    native.py_test(name = name, env = {"CUDA_VISIBLE_DEVICES": ""}, **kwargs)
+
+def gpu_test(name, tags = [], **kwargs):
+    """A py_test that runs on the machine's GPUs and reports every test skipped where there is
+    none. Exclusive: it takes GPU memory that a parallel test could want."""
+    native.py_test(name = name, tags = tags + ["gpu", "exclusive"], **kwargs)

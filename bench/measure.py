@@ -18,6 +18,8 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from bench.device_lock import held_since  # noqa: E402  pylint: disable=wrong-import-position
+from bench.device_lock import hold_device  # noqa: E402  pylint: disable=wrong-import-position
 from inception import cli  # noqa: E402  pylint: disable=wrong-import-position
 
 cli.allow_xla_on_cpu()  # for "xla": before TensorFlow reads its XLA flags
@@ -74,6 +76,7 @@ def matmul_peak(settings):
         a, b = (tf1.Variable(tf.cast(tf.random.normal([size, size]), PEAK_DTYPES[precision]))
                 for _ in range(2))
         product = tf.reduce_sum(tf.cast(tf.matmul(a, b), tf.float32))
+        hold_device(settings)
         with tf1.Session(config=_config(settings)) as session:
             session.run(tf1.global_variables_initializer())
             rounds = timed_rounds(lambda n: [session.run(product) for _ in range(n)], 3,
@@ -91,7 +94,8 @@ def matmul_peak(settings):
 def ours(settings):
     """Our training step (towers, averaging, EMA, batch-norm updates) on synthetic input.
 
-    Settings as the trainer's flags: `precision`, `variable_device` (a device name), `xla`.
+    Settings as the trainer's flags and defaults: `precision`, `variable_device` (auto, cpu or
+    gpu), `xla`, `stage_inputs` (default: on for GPU towers, as in training).
 
     Towers go where training puts them: one per GPU (GPUs split into virtual devices of
     `virtual_gpu_memory_mb` when there are more towers than GPUs), else virtual CPU devices.
@@ -104,7 +108,12 @@ def ours(settings):
     precision = settings.get("precision", "fp32")
     placement = devices.plan_towers(towers, gpu_count(),
                                     settings.get("virtual_gpu_memory_mb", 0))
+    devices.configure_gpus(placement)  # before the graph: building it creates the devices
     devices.check_precision(precision, placement)
+    variable_device = devices.check_variable_device(settings.get("variable_device", "auto"),
+                                                    placement)
+    stage_inputs = settings.get("stage_inputs", placement.device_type == "gpu")
+    compute_dtype = devices.tower_compute_dtype(precision, placement)
     model_settings = model.ModelSettings(NUM_CLASSES, size, settings["depth_multiplier"],
                                          "synthetic")
     graph = tf.Graph()
@@ -113,26 +122,63 @@ def ours(settings):
         optimization = train_graph.OptimizationSettings(batch_size=batch,
                                                         examples_per_epoch=1_281_167)
         built = train_graph.build_train_graph(
-            input_batch, lambda decay: model.make_model_fn(model_settings, decay),
+            input_batch,
+            lambda decay: model.make_model_fn(model_settings, decay, compute_dtype),
             optimization, placement.tower_devices,
             initial_loss_scale=loss_scaling.INITIAL_SCALE if precision == "fp16" else None,
-            variable_device=settings.get("variable_device", train_graph.VARIABLE_DEVICE))
+            variable_device=variable_device, stage_inputs=stage_inputs)
         train_op = built.stages[0].train_op
         flops_per_image = count_flops(graph) / batch
         init = (tf1.global_variables_initializer(), tf1.local_variables_initializer(),
                 input_batch.initializer)
     config = devices.apply_precision(
         devices.session_config(placement, settings.get("intra_op_threads", 0),
-                               settings.get("inter_op_threads", 0)), precision)
+                               settings.get("inter_op_threads", 0)), precision, placement)
     if settings.get("xla"):
         devices.apply_xla(config)
+    hold_device(settings)
     with tf1.Session(graph=graph, config=config) as session:
         session.run(init)
+        if built.input_fill is not None:
+            session.run(built.input_fill)
         rounds = timed_rounds(lambda n: [session.run(train_op) for _ in range(n)],
                               settings["warmup"], settings["steps"], settings["repeats"])
+        trace = (step_profile(session, train_op, settings["profile_dir"])
+                 if settings.get("profile_dir") else None)
     median, values = images_per_sec(rounds, batch * settings["steps"])
-    return {"images_per_sec": median, "rounds": values,
-            "train_flops_per_image": flops_per_image, "placement": placement.describe()}
+    result = {"images_per_sec": median, "rounds": values,
+              "train_flops_per_image": flops_per_image,
+              "placement": placement.describe(), "variable_device": variable_device,
+              "stage_inputs": stage_inputs}
+    if trace:
+        result["profile"] = trace
+    return result
+
+
+def step_profile(session, train_op, profile_dir, top=12):
+    """Runs one traced step; writes its Chrome trace (timeline) to `profile_dir` and returns
+    where the time went: total op time per device and the op types that took most of it."""
+    from tensorflow.python.client import timeline  # pylint: disable=import-outside-toplevel
+    metadata = tf1.RunMetadata()
+    session.run(train_op, options=tf1.RunOptions(trace_level=tf1.RunOptions.FULL_TRACE),
+                run_metadata=metadata)
+    os.makedirs(profile_dir, exist_ok=True)
+    path = os.path.join(profile_dir, f"step_trace_{os.getpid()}.json")
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(timeline.Timeline(metadata.step_stats).generate_chrome_trace_format())
+    per_device, per_op = {}, {}
+    for device in metadata.step_stats.dev_stats:
+        for stats in device.node_stats:
+            micros = stats.all_end_rel_micros
+            per_device[device.device] = per_device.get(device.device, 0) + micros
+            op_type = stats.timeline_label.split("=")[-1].split("(")[0].strip() or \
+                stats.node_name
+            key = f"{device.device.rsplit('/', 1)[-1]} {op_type}"
+            per_op[key] = per_op.get(key, 0) + micros
+    slowest = sorted(per_op.items(), key=lambda item: -item[1])[:top]
+    return {"trace": path, "device_busy_ms": {name: value / 1000.0
+                                              for name, value in per_device.items()},
+            "top_ops_ms": {name: value / 1000.0 for name, value in slowest}}
 
 
 def synthetic_input(batch, size):
@@ -165,6 +211,7 @@ def keras(settings):
     comparison for our --precision step.
     """
     batch, size = settings["batch_size"], settings["image_size"]
+    hold_device(settings)  # Keras builds its model on the GPU at once
     tf.config.threading.set_intra_op_parallelism_threads(settings.get("intra_op_threads", 0))
     tf.keras.mixed_precision.set_global_policy(KERAS_POLICIES[settings.get("precision", "fp32")])
     model = tf.keras.applications.InceptionV3(weights=None, input_shape=(size, size, 3),
@@ -204,6 +251,7 @@ def pipeline(settings):
         input_batch = input_pipeline.build_train_input(
             shards, batch, settings["image_size"], NUM_CLASSES, seed=1,
             threads=settings.get("threads", 0))
+        hold_device(settings)
         with tf1.Session(config=_config(settings)) as session:
             session.run([tf1.local_variables_initializer(), input_batch.initializer])
             rounds = timed_rounds(
@@ -272,6 +320,8 @@ def main(argv):
     gpu_peak = gpu_peak_memory_mb()
     if gpu_peak is not None:
         result["gpu_peak_memory_mb"] = gpu_peak
+    if held_since() is not None:
+        result["device_held"] = [held_since(), time.time()]
     print("RESULT " + json.dumps(result), flush=True)
 
 

@@ -1,11 +1,15 @@
-"""`bazel run //bench:throughput -- --output_json=PATH`: our trainer against Keras, side by side.
+"""`bazel run //bench:throughput -- --output_json=PATH`: our trainer and its peers, side by side.
 
 Runs, one after the other on this machine, each in its own process: the matmul peak, our
-training step with N towers and with 1 tower, keras.applications.InceptionV3 with `fit`, and
-the input pipeline alone (per core and with every core); where the machine has a faster
-precision (bf16 CPUs, GPUs) also the peak, our step and Keras's `fit` in that precision. Same
-image size, global batch and synthetic input for every training measurement. Writes the JSON
-report and a PNG plot of images/sec by configuration. Run by hand; results go in the README.
+training step (with N towers and with 1 tower; on GPUs also two towers on each GPU split into
+virtual GPUs, the variables on the other device, and the inputs not staged),
+keras.applications.InceptionV3 with `fit`, and the input pipeline alone (per core and with
+every core); in each faster precision the machine has (bf16 on CPUs with bf16 instructions and
+on GPUs of compute capability 8.0+, fp16 on GPUs) also the peak, our step and Keras's `fit` in
+that precision; and PyTorch's torchvision inception_v3 in bf16 where torch can be imported.
+Same image size, global batch and synthetic input for every training measurement. Writes the
+JSON report and a PNG plot of images/sec by configuration. Run by hand; results go in the
+README.
 """
 
 import functools
@@ -15,6 +19,7 @@ import platform
 import subprocess
 import sys
 import tempfile
+import time
 
 from inception import cli
 
@@ -30,7 +35,8 @@ flags.DEFINE_string("output_json", "bench_results.json", "Where to write the rep
 flags.DEFINE_string("output_plot", "", "PNG plot path (default: the report's path, .png).")
 flags.DEFINE_integer("image_size", 299, "Input height and width.")
 flags.DEFINE_integer("batch_size", 16, "Global batch size of every training measurement.")
-flags.DEFINE_integer("towers", 2, "Towers of the multi-tower measurement.")
+flags.DEFINE_integer("towers", None, "Towers of our measurements (default: one per GPU, or 2 "
+                     "virtual CPU devices without GPUs).")
 flags.DEFINE_float("depth_multiplier", 1.0, "Our model's depth multiplier (Keras has none; "
                    "keep 1.0 for a fair comparison).")
 flags.DEFINE_integer("warmup", 3, "Steps discarded before timing.")
@@ -38,14 +44,22 @@ flags.DEFINE_integer("steps", 3, "Steps per timed round.")
 flags.DEFINE_integer("repeats", 5, "Timed rounds; the median is reported.")
 flags.DEFINE_integer("pipeline_images", 256, "Distinct JPEGs the pipeline measurement cycles.")
 flags.DEFINE_integer("timeout_secs", 1800, "Give up on one measurement after this long.")
-flags.DEFINE_list("skip", [], "Measurements to leave out (matmul_peak, matmul_peak_bf16, "
-                  "matmul_peak_fp16, ours, ours_1_tower, ours_bf16, ours_fp16, "
-                  "ours_variables_on_gpu, ours_xla, keras, keras_bf16, keras_fp16, "
-                  "pipeline_1_thread, pipeline); their keys are then null. The bf16 ones run "
-                  "only on CPU-only machines whose CPU has bf16 instructions, the fp16 ones "
-                  "and ours_variables_on_gpu only where there is a GPU.")
-flags.DEFINE_integer("virtual_gpu_memory_mb", 20000, "Memory of each virtual GPU when there "
-                     "are more --towers than GPUs (e.g. 2 towers on 1 GPU).")
+flags.DEFINE_list("skip", [], "Measurements to leave out (an unknown name is refused with "
+                  "the list of names); their keys are then null. The bf16 "
+                  "ones run only where bf16 is fast (CPUs with bf16 instructions, GPUs of compute "
+                  "capability 8.0+), the fp16 ones and the GPU variants only where there is a "
+                  "GPU, torch_bf16 only where torch can be imported.")
+flags.DEFINE_integer("virtual_gpu_memory_mb", 0, "Memory of each virtual GPU when a GPU is "
+                     "split (ours_split_gpu, or more --towers than GPUs); 0: 45% of the GPU's "
+                     "memory.")
+flags.DEFINE_float("deadline_secs", 0, "Start no measurement after this many seconds (0: no "
+                   "limit); those left are null and named in the report's `not_measured`.")
+flags.DEFINE_enum("overlap", "auto", ["auto", "on", "off"], "Start each measurement's process "
+                  "(imports, graph building) while the one before runs, their timed parts kept "
+                  "apart by a lock (auto: on GPU machines; on a CPU the set-up would slow the "
+                  "timed CPU work beside it).")
+flags.DEFINE_string("profile_dir", "", "Also trace one step of `ours` and write its Chrome "
+                    "trace (timeline) here; the report's `profile` says where the time went.")
 flags.DEFINE_enum("keras_jit_compile", "auto", ["auto", "true", "false"],
                   "Keras's jit_compile (auto: XLA on GPUs, as Keras users get it).")
 flags.DEFINE_bool("keep_going", False, "Record a failed measurement as null (its error goes "
@@ -85,20 +99,55 @@ def machine_details():
             "keras": versions[1] if len(versions) > 1 else "?"}
 
 
-def measure(kind, settings, log):
-    """Runs bench.measure KIND in a fresh process; returns its result dict."""
-    log(f"measuring {kind} {json.dumps({k: v for k, v in settings.items() if k != 'work_dir'})}")
-    command = [sys.executable, "-m", "bench.measure", kind, json.dumps(settings)]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    completed = subprocess.run(command, capture_output=True, text=True, env=env, check=False,
-                               timeout=FLAGS.timeout_secs)
-    for line in completed.stdout.splitlines():
-        if line.startswith("RESULT "):
-            result = json.loads(line[len("RESULT "):])
-            log(f"  -> {summarize(result)}")
-            return result
-    raise RuntimeError(f"measurement {kind} failed (exit {completed.returncode}): "
-                       + last_error(completed.stderr))
+MODULES = {"torch": "bench.torch_peer"}  # kinds measured outside bench.measure
+
+
+class Measurement:
+    """One measurement in its own process: bench.measure KIND, or a peer's module."""
+
+    def __init__(self, name, kind, settings, log):
+        self.name, self.kind, self.log = name, kind, log
+        log(f"measuring {name}: {kind} "
+            f"{json.dumps({k: v for k, v in settings.items() if k not in LOCAL_SETTINGS})}")
+        module = MODULES.get(kind, "bench.measure")
+        command = [sys.executable, "-m", module] + ([] if kind in MODULES else [kind])
+        command.append(json.dumps(settings))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        self.output = tempfile.TemporaryFile(mode="w+")  # pylint: disable=consider-using-with
+        self.errors = tempfile.TemporaryFile(mode="w+")  # pylint: disable=consider-using-with
+        self.process = subprocess.Popen(  # pylint: disable=consider-using-with
+            command, stdout=self.output, stderr=self.errors, env=env, text=True)
+        self.started = time.monotonic()
+
+    def stop(self):
+        """Ends the process if it still runs (a failed run leaves nothing behind)."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def result(self):
+        """Waits for the process; returns its result dict (with `skipped` instead of numbers
+        when a peer cannot run here). Raises RuntimeError or subprocess.TimeoutExpired."""
+        try:
+            self.process.wait(timeout=max(1.0, FLAGS.timeout_secs
+                                          - (time.monotonic() - self.started)))
+        except subprocess.TimeoutExpired:
+            self.stop()
+            raise
+        self.output.seek(0)
+        self.errors.seek(0)
+        stdout, stderr = self.output.read(), self.errors.read()
+        for line in stdout.splitlines():
+            if line.startswith("RESULT "):
+                result = json.loads(line[len("RESULT "):])
+                self.log(f"  {self.name} -> {summarize(result)}")
+                return result
+        raise RuntimeError(f"measurement {self.kind} failed (exit {self.process.returncode}): "
+                           + last_error(stderr))
+
+
+MODULES = {"torch": "bench.torch_peer"}  # kinds measured outside bench.measure
+LOCAL_SETTINGS = ("work_dir", "device_lock")  # not worth a log line
 
 
 def last_error(stderr):
@@ -114,78 +163,162 @@ def last_error(stderr):
 
 def summarize(result):
     """One short line for the log."""
+    if "skipped" in result:
+        return f"skipped: {result['skipped']}"
     if "gflops" in result:
         return f"{result['gflops']:.1f} GFLOP/s"
     return f"{result['images_per_sec']:.2f} images/sec, peak {result['peak_memory_mb']:.0f} MB"
 
 
-def measure_or_record(kind, settings, log, errors, name):
-    """measure(), or with --keep_going None and the error kept in `errors[name]`."""
+def result_or_record(measurement, errors):
+    """measurement.result(), or with --keep_going None and the error kept in `errors`."""
     try:
-        return measure(kind, settings, log)
+        return measurement.result()
     except (RuntimeError, subprocess.TimeoutExpired) as error:
         if not FLAGS.keep_going:
             raise
-        log(f"  -> FAILED: {error}")
-        errors[name] = str(error)
+        measurement.log(f"  {measurement.name} -> FAILED: {error}")
+        errors[measurement.name] = str(error)
         return None
 
 
-BF16_CPU_ONLY = ("matmul_peak_bf16", "ours_bf16", "keras_bf16")
-GPU_ONLY = ("matmul_peak_fp16", "ours_fp16", "keras_fp16", "ours_variables_on_gpu")
+def machine_capabilities():
+    """What this machine can measure: {'gpus': count, 'bf16': bool, 'fp16': bool}. bf16 where
+    it is fast (every GPU of compute capability 8.0+, or a CPU with bf16 instructions on a
+    machine without GPUs); fp16 on GPUs."""
+    gpus = devices.gpu_infos()
+    bf16 = all(gpu.has_bf16 for gpu in gpus) if gpus else devices.cpu_supports_bf16()
+    return {"gpus": len(gpus), "bf16": bf16, "fp16": bool(gpus)}
+
+
+def applicable(plan, capabilities):
+    """The names of `plan` this machine can measure, with why the others are left out."""
+    gpus = capabilities["gpus"]
+    default = "the default here, measured as ours"
+    needs = {"bf16": (capabilities["bf16"], "no fast bf16 here"),
+             "fp16": (capabilities["fp16"], "fp16 is for GPUs"),
+             "gpu": (gpus > 0, "GPU only"),
+             # The variables' default device is the GPU on one GPU, the CPU on several: the
+             # other one is measured side by side.
+             "one_gpu": (gpus == 1, default if gpus else "GPU only"),
+             "several_gpus": (gpus > 1, default if gpus == 1 else "GPU only"),
+             "multi_tower": (plan["ours"][1]["towers"] > 1, "ours has one tower")}
+    left_out = {}
+    for name, (_, settings) in plan.items():
+        for need in settings.pop("needs", ()):
+            met, reason = needs[need]
+            if not met:
+                left_out[name] = reason
+    return left_out
 
 
 def run_all(log, save_partial=lambda report: None):
     """Every measurement of the report, in one run; returns the report dict.
 
     After each measurement `save_partial` gets the report so far (`complete` false, pending
-    measurements null), so a run stopped early still leaves what it measured.
+    measurements null), so a run stopped early still leaves what it measured. On GPU machines
+    the next measurement's process starts (imports, graph building) while the current one
+    runs; bench.device_lock keeps their timed parts apart.
     """
+    started = time.monotonic()
+    capabilities = machine_capabilities()
+    work_dir = tempfile.mkdtemp(prefix="inception_bench_")
     common = {"image_size": FLAGS.image_size, "batch_size": FLAGS.batch_size,
               "warmup": FLAGS.warmup, "steps": FLAGS.steps, "repeats": FLAGS.repeats,
-              "work_dir": tempfile.mkdtemp(prefix="inception_bench_")}
-    plan = measurement_plan()
-    skip = set(FLAGS.skip)
-    has_gpu = bool(machine_details()["gpus"])
-    if has_gpu or not devices.cpu_supports_bf16():
-        skip.update(BF16_CPU_ONLY)
-    if not has_gpu:
-        skip.update(GPU_ONLY)
-    errors = {}
+              "work_dir": work_dir}
+    if FLAGS.overlap == "on" or (FLAGS.overlap == "auto" and capabilities["gpus"]):
+        common["device_lock"] = os.path.join(work_dir, "device.lock")
+    plan = measurement_plan(capabilities)
+    notes = applicable(plan, capabilities)
+    notes.update({name: "--skip" for name in FLAGS.skip})
+    errors, not_measured = {}, []
     results = {name: None for name in plan}
-    for name, (kind, extra) in plan.items():
-        if name in skip:
-            continue
-        results[name] = measure_or_record(kind, {**common, **extra}, log, errors, name)
-        save_partial({**build_report(results), "errors": errors, "complete": False})
-    return {**build_report(results), "errors": errors, "complete": True}
+
+    def collect(measurement):
+        result = result_or_record(measurement, errors)
+        if result and "skipped" in result:
+            notes[measurement.name], result = result["skipped"], None
+        results[measurement.name] = result
+        save_partial({**build_report(results, capabilities), "errors": errors, "notes": notes,
+                      "not_measured": not_measured, "complete": False})
+
+    waiting, started_ones = None, []  # waiting: runs while the next one is set up
+    try:
+        for name, (kind, extra) in plan.items():
+            if name in notes:
+                continue
+            if FLAGS.deadline_secs and time.monotonic() - started > FLAGS.deadline_secs:
+                not_measured.append(name)
+                continue
+            measurement = Measurement(name, kind, {**common, **extra}, log)
+            started_ones.append(measurement)
+            if waiting is not None:
+                collect(waiting)
+            waiting = measurement if "device_lock" in common else None
+            if waiting is None:
+                collect(measurement)
+        if waiting is not None:
+            collect(waiting)
+    finally:
+        for measurement in started_ones:
+            measurement.stop()
+    return {**build_report(results, capabilities), "errors": errors, "notes": notes,
+            "not_measured": not_measured, "complete": not not_measured}
 
 
-def measurement_plan():
-    """{name: (bench.measure kind, its settings)} of every measurement, in running order."""
-    ours = {"towers": FLAGS.towers, "depth_multiplier": FLAGS.depth_multiplier,
-            "virtual_gpu_memory_mb": FLAGS.virtual_gpu_memory_mb}
+def split_gpu_memory_mb():
+    """Memory of each of two virtual GPUs per GPU: --virtual_gpu_memory_mb, else 45% of the
+    first GPU's memory (nvidia-smi), else 20000."""
+    if FLAGS.virtual_gpu_memory_mb:
+        return FLAGS.virtual_gpu_memory_mb
+    for line in gpu_names():
+        total = line.rsplit(",", 1)[-1].strip().split()[0]
+        if total.isdigit():
+            return int(int(total) * 0.45)
+    return 20000
+
+
+def measurement_plan(capabilities=None):
+    """{name: (kind, its settings)} of every measurement, in running order (most wanted first,
+    for runs with a deadline). A settings key `needs` lists what the machine must have."""
+    gpus = (capabilities or {}).get("gpus", 0)
+    towers = FLAGS.towers or (gpus or devices.DEFAULT_CPU_TOWERS)
+    ours = {"towers": towers, "depth_multiplier": FLAGS.depth_multiplier,
+            "virtual_gpu_memory_mb": split_gpu_memory_mb() if towers > max(gpus, 1) else 0}
+    if FLAGS.profile_dir:
+        ours["profile_dir"] = cli.user_path(FLAGS.profile_dir)
     keras = {"jit_compile": {"auto": "auto", "true": True,
                              "false": False}[FLAGS.keras_jit_compile]}
     return {
         "matmul_peak": ("matmul_peak", {}),
-        "matmul_peak_bf16": ("matmul_peak", {"precision": "bf16"}),
-        "matmul_peak_fp16": ("matmul_peak", {"precision": "fp16"}),
-        "ours": ("ours", ours),
-        "ours_1_tower": ("ours", {**ours, "towers": 1}),
-        "ours_bf16": ("ours", {**ours, "precision": "bf16"}),
-        "ours_fp16": ("ours", {**ours, "precision": "fp16"}),
-        # The original keeps variables on the CPU; on one GPU that costs a weight copy and a
-        # host-side update per step. Measured side by side to decide the default.
-        "ours_variables_on_gpu": ("ours", {**ours, "variable_device": "/gpu:0"}),
-        "ours_xla": ("ours", {**ours, "xla": True}),
-        "keras": ("keras", keras),
+        "matmul_peak_bf16": ("matmul_peak", {"precision": "bf16", "needs": ["bf16"]}),
+        "matmul_peak_fp16": ("matmul_peak", {"precision": "fp16", "needs": ["fp16"]}),
+        "ours_bf16": ("ours", {**ours, "precision": "bf16", "needs": ["bf16"]}),
         # Keras with its own mixed-precision policy: the same-precision comparison.
-        "keras_bf16": ("keras", {**keras, "precision": "bf16"}),
-        "keras_fp16": ("keras", {**keras, "precision": "fp16"}),
+        "keras_bf16": ("keras", {**keras, "precision": "bf16", "needs": ["bf16"]}),
+        "torch_bf16": ("torch", {"needs": ["bf16"]}),
+        "ours": ("ours", dict(ours)),
+        "keras": ("keras", dict(keras)),
+        "ours_fp16": ("ours", {**ours, "precision": "fp16", "needs": ["fp16"]}),
+        "keras_fp16": ("keras", {**keras, "precision": "fp16", "needs": ["fp16"]}),
+        # Two towers on each GPU split into two virtual GPUs, same global batch: how N-tower
+        # code runs on a machine with fewer GPUs.
+        "ours_split_gpu": ("ours", {**ours, "towers": 2 * max(gpus, 1),
+                                    "virtual_gpu_memory_mb": split_gpu_memory_mb(),
+                                    "needs": ["gpu"]}),
+        # The default's alternative, side by side: variables on the CPU (the original's
+        # choice) where the default is the GPU (one GPU), and the other way round.
+        "ours_variables_on_cpu": ("ours", {**ours, "variable_device": "cpu",
+                                           "needs": ["one_gpu"]}),
+        "ours_variables_on_gpu": ("ours", {**ours, "variable_device": "gpu",
+                                           "needs": ["several_gpus"]}),
+        "ours_unstaged": ("ours", {**ours, "stage_inputs": False, "needs": ["gpu"]}),
+        "ours_xla": ("ours", {**ours, "xla": True}),
+        "ours_1_tower": ("ours", {**ours, "towers": 1, "virtual_gpu_memory_mb": 0,
+                                  "needs": ["multi_tower"]}),
+        "pipeline": ("pipeline", {"threads": 0, "pipeline_images": FLAGS.pipeline_images}),
         "pipeline_1_thread": ("pipeline", {"threads": 1,
                                            "pipeline_images": FLAGS.pipeline_images}),
-        "pipeline": ("pipeline", {"threads": 0, "pipeline_images": FLAGS.pipeline_images}),
     }
 
 
@@ -202,7 +335,7 @@ def _ratio(numerator, denominator):
     return numerator / denominator if numerator and denominator else None
 
 
-def build_report(results):
+def build_report(results, capabilities=None):
     """The report's keys from the raw measurements (None where a measurement was skipped)."""
     def rate(name):
         return results[name]["images_per_sec"] if results.get(name) else None
@@ -216,6 +349,7 @@ def build_report(results):
     def mfu(images_per_sec, peak_gflops):
         return _ratio(images_per_sec * flops / 1e9 if images_per_sec and flops else None,
                       peak_gflops)
+    towers = results["ours"].get("placement") if results.get("ours") else None
     report = {
         "ours_images_per_sec": ours,
         "ours_1_tower_images_per_sec": rate("ours_1_tower"),
@@ -225,12 +359,19 @@ def build_report(results):
         "speedup_vs_keras_bf16": _ratio(rate("ours_bf16"), rate("keras")),
         "keras_bf16_images_per_sec": rate("keras_bf16"),
         "speedup_bf16_vs_keras_bf16": _ratio(rate("ours_bf16"), rate("keras_bf16")),
+        "torch_bf16_images_per_sec": rate("torch_bf16"),
+        "speedup_bf16_vs_torch_bf16": _ratio(rate("ours_bf16"), rate("torch_bf16")),
         "ours_fp16_images_per_sec": rate("ours_fp16"),
         "speedup_vs_keras_fp16": _ratio(rate("ours_fp16"), rate("keras")),
         "keras_fp16_images_per_sec": rate("keras_fp16"),
         "speedup_fp16_vs_keras_fp16": _ratio(rate("ours_fp16"), rate("keras_fp16")),
+        "ours_variables_on_cpu_images_per_sec": rate("ours_variables_on_cpu"),
         "ours_variables_on_gpu_images_per_sec": rate("ours_variables_on_gpu"),
+        "ours_unstaged_images_per_sec": rate("ours_unstaged"),
         "ours_xla_images_per_sec": rate("ours_xla"),
+        "ours_split_gpu_images_per_sec": rate("ours_split_gpu"),
+        "split_gpu_overhead": (1.0 - rate("ours_split_gpu") / ours)
+        if ours and rate("ours_split_gpu") else None,
         "train_gflops_per_image": flops / 1e9 if flops else None,
         "matmul_peak_gflops": peak("matmul_peak"),
         "matmul_peak_device": results["matmul_peak"]["device"] if results.get("matmul_peak")
@@ -244,29 +385,58 @@ def build_report(results):
         else None,
         "pipeline_images_per_sec": rate("pipeline"),
         "pipeline_images_per_sec_per_core": rate("pipeline_1_thread"),
-        "pipeline_headroom": _ratio(rate("pipeline"), ours),
+        "pipeline_headroom": _ratio(rate("pipeline"), fastest_training_rate(results)),
+        "gpu_tests": None,  # filled by tools/gpu_check.py, which runs tests/gpu_test.py
+        "demo_precision_at_1": None,  # likewise: {"fp32": P, "bf16": P, "fp16": P}
         "peak_memory_mb": {name: result["peak_memory_mb"] for name, result in results.items()
                            if result},
         "gpu_peak_memory_mb": {name: result["gpu_peak_memory_mb"]
                                for name, result in results.items()
                                if result and "gpu_peak_memory_mb" in result},
-        "placement": results["ours"]["placement"] if results.get("ours") else None,
+        "placement": towers,
+        "variable_device": results["ours"].get("variable_device") if results.get("ours")
+        else None,
+        "profile": results["ours"].get("profile") if results.get("ours") else None,
         "settings": {"image_size": FLAGS.image_size, "batch_size": FLAGS.batch_size,
-                     "towers": FLAGS.towers, "depth_multiplier": FLAGS.depth_multiplier,
+                     "per_gpu_batch": FLAGS.batch_size // max((capabilities or {}).get("gpus",
+                                                                                      0), 1),
+                     "towers": FLAGS.towers or ((capabilities or {}).get("gpus")
+                                                or devices.DEFAULT_CPU_TOWERS),
+                     "depth_multiplier": FLAGS.depth_multiplier,
+                     "keras_jit_compile": FLAGS.keras_jit_compile,
                      "warmup_steps_discarded": FLAGS.warmup, "steps_per_round": FLAGS.steps,
                      "rounds": FLAGS.repeats, "statistic": "median"},
         "rounds": {name: result.get("rounds") for name, result in results.items() if result},
+        "device_held": {name: result["device_held"] for name, result in results.items()
+                        if result and "device_held" in result},
+        "versions": {name: {key: result[key] for key in ("torch", "torchvision", "device")
+                            if key in result}
+                     for name, result in results.items() if result and "torch" in result},
         "machine": dict(machine_details()),
     }
     return report
 
 
+TRAINING = ("ours", "ours_bf16", "ours_fp16", "ours_xla", "ours_variables_on_cpu",
+            "ours_variables_on_gpu", "ours_unstaged", "ours_split_gpu", "ours_1_tower",
+            "keras", "keras_bf16", "keras_fp16", "torch_bf16")
+
+
+def fastest_training_rate(results):
+    """The fastest training measurement of the run (the rate the input pipeline must feed)."""
+    rates = [results[name]["images_per_sec"] for name in TRAINING if results.get(name)]
+    return max(rates) if rates else None
+
+
 SUMMARY_KEYS = ("ours_images_per_sec", "keras_images_per_sec", "speedup_vs_keras", "mfu",
                 "ours_bf16_images_per_sec", "keras_bf16_images_per_sec", "speedup_vs_keras_bf16",
-                "speedup_bf16_vs_keras_bf16", "mfu_bf16", "ours_fp16_images_per_sec",
+                "speedup_bf16_vs_keras_bf16", "torch_bf16_images_per_sec",
+                "speedup_bf16_vs_torch_bf16", "mfu_bf16", "ours_fp16_images_per_sec",
                 "keras_fp16_images_per_sec", "speedup_vs_keras_fp16",
-                "speedup_fp16_vs_keras_fp16", "mfu_fp16", "ours_variables_on_gpu_images_per_sec",
-                "ours_xla_images_per_sec", "tower_overhead", "pipeline_headroom")
+                "speedup_fp16_vs_keras_fp16", "mfu_fp16", "ours_variables_on_cpu_images_per_sec",
+                "ours_variables_on_gpu_images_per_sec", "ours_unstaged_images_per_sec",
+                "ours_xla_images_per_sec", "ours_split_gpu_images_per_sec",
+                "split_gpu_overhead", "tower_overhead", "pipeline_headroom")
 
 
 def write_plot(report, path):
@@ -274,17 +444,24 @@ def write_plot(report, path):
     import matplotlib  # pylint: disable=import-outside-toplevel
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
-    bars = [(f"ours, {report['settings']['towers']} towers", report["ours_images_per_sec"],
+    towers = report["settings"]["towers"]
+    bars = [(f"ours, {towers} tower{'s' if towers > 1 else ''}", report["ours_images_per_sec"],
              "#1f77b4"),
             ("ours, 1 tower", report["ours_1_tower_images_per_sec"], "#6baed6"),
+            ("ours, 2 towers per GPU (split)", report["ours_split_gpu_images_per_sec"],
+             "#6baed6"),
             ("ours, bf16", report["ours_bf16_images_per_sec"], "#08306b"),
             ("ours, fp16", report["ours_fp16_images_per_sec"], "#08306b"),
+            ("ours, variables on CPU", report["ours_variables_on_cpu_images_per_sec"],
+             "#6baed6"),
             ("ours, variables on GPU", report["ours_variables_on_gpu_images_per_sec"],
              "#6baed6"),
+            ("ours, inputs not staged", report["ours_unstaged_images_per_sec"], "#6baed6"),
             ("ours, XLA", report["ours_xla_images_per_sec"], "#6baed6"),
             ("Keras fit", report["keras_images_per_sec"], "#ff7f0e"),
             ("Keras fit, mixed_bfloat16", report["keras_bf16_images_per_sec"], "#a63603"),
             ("Keras fit, mixed_float16", report["keras_fp16_images_per_sec"], "#a63603"),
+            ("PyTorch, autocast bf16", report["torch_bf16_images_per_sec"], "#d62728"),
             ("input pipeline", report["pipeline_images_per_sec"], "#2ca02c")]
     bars = [(name, value, colour) for name, value, colour in bars if value]
     figure, axes = plt.subplots(figsize=(7, 3.5))
@@ -308,7 +485,7 @@ def main(argv):
     if len(argv) > 1:
         cli.fail(f"unexpected arguments {argv[1:]}")
     for name in ("warmup", "steps", "repeats", "batch_size", "towers"):
-        if FLAGS[name].value < 1:
+        if FLAGS[name].value is not None and FLAGS[name].value < 1:
             cli.fail(f"--{name}={FLAGS[name].value} must be at least 1.")
     unknown = sorted(set(FLAGS.skip) - set(measurement_plan()))
     if unknown:
@@ -333,6 +510,10 @@ def main(argv):
         cli.log(f"{key:>36}: " + ("skipped" if value is None else f"{value:.3f}"))
     for name, error in report["errors"].items():
         cli.log(f"{name:>36}: FAILED ({error})")
+    for name, note in report["notes"].items():
+        cli.log(f"{name:>36}: not measured ({note})")
+    for name in report["not_measured"]:
+        cli.log(f"{name:>36}: not measured (--deadline_secs)")
     cli.log(f"report: {output}  plot: {plot}")
 
 

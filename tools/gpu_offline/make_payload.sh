@@ -3,8 +3,8 @@
 # needs to run this project's benchmark and training with TensorFlow 2.21's CUDA build:
 # TensorFlow and its Python dependencies for the target's Python, cudart and cuBLAS 12, all
 # compressed with zstd and split into parts of at most PART_MB MiB (for transfers that limit
-# size). Usage: bench/gpu_offline/make_payload.sh OUT_DIR [PYTHON_VERSION, default 3.12]
-# Then copy OUT_DIR's parts to the GPU machine and run bench/gpu_offline/run_on_gpu.sh there.
+# size). Usage: tools/gpu_offline/make_payload.sh OUT_DIR [PYTHON_VERSION, default 3.12]
+# Then copy OUT_DIR's parts to the GPU machine and run tools/gpu_offline/run_on_gpu.sh there.
 set -euo pipefail
 out=${1:?usage: make_payload.sh OUT_DIR [PYTHON_VERSION]}
 py=${2:-3.12}

@@ -2,6 +2,8 @@
 # Runs on the offline GPU machine, from the repository root, with make_payload.sh's output in
 # PAYLOAD (default .gpu). Subcommands (each unpacks first if needed):
 #   smoke                 TensorFlow sees the GPU; a matmul and a convolution run on it
+#   check [flags]         the one GPU check (tools/gpu_check.py; flags go to it): GPU tests,
+#                         demo trainings in fp32/bf16/fp16 with evaluation, the benchmark
 #   train [flags]         the demo training and then one evaluation (flags go to training)
 #   bench [flags]         bench.throughput (flags go to it)
 #   python ARGS...        any python3 command in the same environment
@@ -73,6 +75,8 @@ y = tf.nn.conv2d(tf.random.normal([8, 64, 64, 32]), tf.random.normal([3, 3, 32, 
 print("conv", y.shape, f"{time.time() - start:.1f}s")
 PY
     grep -q "^conv" "$out/smoke.log" ;;
+  check)
+    python3 -m tools.gpu_check --out="$out" "$@" ;;
   train)
     python3 -m inception.train --train_dir=/tmp/inception_gpu_train "$@" 2>&1 \
       | tee "$out/train.log" | grep -v "^WARNING\|^I0000"
@@ -84,5 +88,5 @@ PY
   python)
     python3 "$@" ;;
   *)
-    say "unknown subcommand $command (smoke, train, bench, python)"; exit 2 ;;
+    say "unknown subcommand $command (smoke, check, train, bench, python)"; exit 2 ;;
 esac

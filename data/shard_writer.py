@@ -87,6 +87,8 @@ def to_rgb_jpeg(data):
             rgb = _flatten_to_rgb(image)
             buffer = io.BytesIO()
             rgb.save(buffer, format="JPEG", quality=JPEG_QUALITY)
+    except Image.UnidentifiedImageError:
+        raise UndecodableImageError("not an image file (no image format recognizes it)") from None
     except _PILLOW_DECODE_ERRORS as error:
         raise UndecodableImageError(str(error) or type(error).__name__) from None
     return buffer.getvalue(), rgb.height, rgb.width

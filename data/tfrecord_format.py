@@ -100,8 +100,14 @@ def read_labels_file(path):
 
 
 def write_text_atomically(path, text):
-    """Writes `text` to `path` via a temporary name and a rename, so readers never see half."""
+    """Writes `text` to `path` via a temporary name and a rename, so readers never see half; a
+    failed write (a full disk) removes the temporary file and raises the OSError."""
     temporary = f"{path}.tmp-{os.getpid()}"
-    with open(temporary, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.replace(temporary, path)
+    try:
+        with open(temporary, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(temporary, path)
+    except OSError:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        raise

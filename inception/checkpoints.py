@@ -6,13 +6,17 @@ a resumed run cannot silently change the model.
 """
 
 import dataclasses
+import glob
 import json
 import os
 import re
+import shutil
 
+import numpy as np
 import tensorflow as tf
 
 from data import tfrecord_format
+from inception import errors
 from inception.model import ModelSettings
 
 SETTINGS_FILE = "model_settings.json"
@@ -30,10 +34,21 @@ class StoredRun:
 
 
 def write_stored_run(train_dir, run):
-    """Writes `model_settings.json` into `train_dir` (atomically)."""
+    """Writes `model_settings.json` into `train_dir` atomically, and only when it changes.
+
+    Raises CheckpointError naming the file when it cannot be written (the old one stays)."""
     payload = dict(dataclasses.asdict(run.settings), data_dir=run.data_dir)
-    tfrecord_format.write_text_atomically(os.path.join(train_dir, SETTINGS_FILE),
-                                          json.dumps(payload, indent=2, sort_keys=True) + "\n")
+    text = json.dumps(payload, indent=2, sort_keys=True) + "\n"
+    path = os.path.join(train_dir, SETTINGS_FILE)
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as handle:
+            if handle.read() == text:
+                return
+    try:
+        tfrecord_format.write_text_atomically(path, text)
+    except OSError as error:
+        raise CheckpointError(f"cannot write {path}: {error.strerror or error}; free some space "
+                              "or fix the directory, then rerun.") from None
 
 
 def read_stored_run(train_dir):
@@ -168,3 +183,135 @@ def pretrained_initializer(checkpoint_path, variables, exclude_scopes=(), log=pr
             + (f"; {len(excluded)} left freshly initialized under "
                f"{', '.join(exclude_scopes)}" if excluded else ""))
     return restore
+
+
+class CheckpointWriteError(CheckpointError):
+    """A checkpoint could not be written (e.g. a full disk); nothing of it was left behind."""
+
+
+def checkpoint_problem(checkpoint_path):
+    """Why `checkpoint_path` cannot be trusted, in a few words, or None when it restores.
+
+    Reads every tensor (a truncated data file fails only when its bytes are read) and checks
+    the float ones for NaN/Inf.
+    """
+    try:
+        reader = tf.train.load_checkpoint(checkpoint_path)
+        names = sorted(reader.get_variable_to_shape_map())
+        bad = [name for name in names if not _finite(reader.get_tensor(name))]
+    except (tf.errors.OpError, ValueError, IndexError, RuntimeError) as error:
+        # The reader's C++ statuses come back as these (OUT_OF_RANGE as IndexError).
+        return f"damaged ({errors.root_cause(error) or type(error).__name__})"
+    if bad:
+        return f"{len(bad)} of {len(names)} tensors hold NaN or Inf (e.g. {bad[0]})"
+    return None
+
+
+def _finite(value):
+    array = np.asarray(value)
+    return not np.issubdtype(array.dtype, np.floating) or bool(np.all(np.isfinite(array)))
+
+
+def candidate_checkpoints(checkpoint_dir):
+    """Checkpoint prefixes in `checkpoint_dir`, newest step first: those the `checkpoint` file
+    lists and any other `model.ckpt-N.index` (the file may be damaged or lag behind)."""
+    if not os.path.isdir(checkpoint_dir):
+        return []
+    listed = set(all_checkpoints(checkpoint_dir)) if _state_readable(checkpoint_dir) else set()
+    found = {path[:-len(".index")] for path in glob.glob(
+        os.path.join(checkpoint_dir, "model.ckpt-*.index"))}
+    steps = {path: _step_or_none(path) for path in listed | found}
+    return sorted((path for path, step in steps.items() if step is not None),
+                  key=lambda path: steps[path], reverse=True)
+
+
+def _state_readable(checkpoint_dir):
+    try:
+        tf.train.get_checkpoint_state(checkpoint_dir)
+        return True
+    except (tf.errors.OpError, ValueError):
+        return False
+
+
+def _step_or_none(path):
+    match = re.search(r"-(\d+)$", path)
+    return int(match.group(1)) if match else None
+
+
+def newest_usable_checkpoint(checkpoint_dir, log=print):
+    """The newest checkpoint of `checkpoint_dir` that restores and holds finite values, or None
+    when there is none at all. Each one skipped gets a line naming it and why; the skipped are
+    never deleted (those newer than the one returned are renamed `<name>.unusable...`, or the
+    run's next save of that step would overwrite them). Raises CheckpointError when checkpoints
+    exist but none can be used."""
+    candidates = candidate_checkpoints(checkpoint_dir)
+    skipped = []
+    for path in candidates:
+        problem = checkpoint_problem(path)
+        if problem is None:
+            for unusable in skipped:
+                _set_aside(unusable)
+            return path
+        log(f"note: not resuming from {path}: {problem}; it is kept as "
+            f"{os.path.basename(path)}.unusable.*")
+        skipped.append(path)
+    if candidates:
+        raise CheckpointError(
+            f"none of the {len(candidates)} checkpoint(s) in {checkpoint_dir} can be restored "
+            "(see the lines above); move them away to start afresh, or pass another "
+            "--train_dir.")
+    return None
+
+
+def _set_aside(prefix):
+    for path in glob.glob(glob.escape(prefix) + ".*"):
+        if ".unusable" not in path:
+            suffix = path[len(prefix):]
+            os.replace(path, f"{prefix}.unusable{suffix}")
+
+
+def remove_interrupted_saves(train_dir, log=print):
+    """Removes the `*.tempstate*` files that a save killed halfway leaves (TensorFlow writes a
+    checkpoint's files under such names and renames them when complete); nothing else."""
+    leftovers = glob.glob(os.path.join(glob.escape(train_dir), "*.tempstate*"))
+    for path in leftovers:
+        os.remove(path)
+    if leftovers:
+        log(f"note: removed {len(leftovers)} temporary file(s) of an interrupted save in "
+            f"{train_dir}.")
+
+
+def save_checkpoint(saver, session, prefix, step, needed_bytes):
+    """saver.save of `session` at `prefix`-`step`; returns the checkpoint's path.
+
+    On a write failure (a full disk, a read-only directory) removes whatever this save wrote,
+    so the `checkpoint` file still names the previous checkpoint, and raises
+    CheckpointWriteError with the directory, the error and the space a checkpoint needs.
+    """
+    directory = os.path.dirname(prefix)
+    before = set(os.listdir(directory))
+    try:
+        return saver.save(session, prefix, global_step=step, write_meta_graph=False)
+    except (tf.errors.OpError, OSError) as error:
+        for name in set(os.listdir(directory)) - before:
+            path = os.path.join(directory, name)
+            if os.path.isdir(path):
+                shutil.rmtree(path)
+            else:
+                os.remove(path)
+        reason = errors.root_cause(getattr(error, "message", None) or str(error))
+        free = shutil.disk_usage(directory).free
+        latest = latest_checkpoint(directory)
+        kept = f"the newest checkpoint is still {latest}" if latest else "no checkpoint was kept"
+        raise CheckpointWriteError(
+            f"could not save checkpoint {prefix}-{step} in {directory}: {reason}; a checkpoint "
+            f"here needs about {_size(needed_bytes)} ({_size(free)} free); {kept}. "
+            "Free some space or fix the directory, then rerun the same command to resume."
+        ) from None
+
+
+def _size(count):
+    for unit, scale in (("GB", 2 ** 30), ("MB", 2 ** 20)):
+        if count >= scale:
+            return f"{count / scale:,.1f} {unit}"
+    return f"{count / 1024:,.0f} KB"

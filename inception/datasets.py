@@ -14,6 +14,7 @@ import tensorflow as tf
 from data import demo_data
 from data import tfrecord_format
 from inception.image_processing import CropSettings
+from inception.options import DATASET_NAMES
 
 LABELS_FILE = "labels.txt"
 
@@ -56,7 +57,6 @@ KNOWN_DATASETS = {
     "imagenet": KnownDataset(1000, {"train": 1281167, "validation": 50000}),
     "flowers": KnownDataset(5, {"train": 3170, "validation": 500}),
 }
-DATASET_NAMES = ("demo", "imagenet", "flowers", "custom")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,6 +18,8 @@ import math
 
 import tensorflow as tf
 
+from inception.options import PRECISIONS
+
 tf1 = tf.compat.v1
 DEFAULT_CPU_TOWERS = 2
 
@@ -178,7 +180,6 @@ def session_config(placement, intra_op_threads=0, inter_op_threads=0):
     return config
 
 
-PRECISIONS = ("fp32", "bf16", "fp16")
 
 
 def cpu_supports_bf16(cpuinfo_path="/proc/cpuinfo"):

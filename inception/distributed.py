@@ -23,7 +23,6 @@ Every wait is bounded:
 """
 
 import contextlib
-import dataclasses
 import os
 import re
 import socket
@@ -33,11 +32,13 @@ import time
 import tensorflow as tf
 
 from inception import train_loop
+from inception.cluster import JOBS
+from inception.cluster import ClusterConfigError
+from inception.cluster import split_address
 from inception.stop_request import StopRequest
 
 tf1 = tf.compat.v1
 
-JOBS = ("ps", "worker")
 PROBE_INTERVAL_SECS = 2.0
 PROBE_FAILURES = 3
 PROBE_CONNECT_TIMEOUT_SECS = 3.0
@@ -54,10 +55,6 @@ BOILERPLATE = re.compile(r"Graph execution error|Detected at node|Additional GRP
 READY_FLAG_NAME = "inception_model_ready"
 
 
-class ClusterConfigError(ValueError):
-    """The cluster flags do not describe a usable cluster; the message says what to change."""
-
-
 class ClusterError(RuntimeError):
     """A task of the cluster failed, vanished or did not answer in time; one line for the user."""
 
@@ -66,118 +63,10 @@ class DivergedError(RuntimeError):
     """The shared weights are no longer finite (a worker's loss diverged)."""
 
 
-@dataclasses.dataclass(frozen=True)
-class ClusterSettings:
-    """One task of a cluster: its job and index and every task's `host:port`.
-
-    num_replicas_to_aggregate: gradients averaged into each synchronous update (None: one per
-      worker). With the default every update waits for, and averages, exactly one gradient of
-      every worker; with fewer, an update takes the first gradients to arrive (a fast worker
-      may supply several) and the late ones are dropped as stale.
-    """
-    job_name: str
-    task_id: int
-    ps_hosts: tuple
-    worker_hosts: tuple
-    num_replicas_to_aggregate: int = None
-    startup_timeout_secs: float = 600.0
-    step_timeout_secs: float = 600.0
-
-    @property
-    def num_workers(self):
-        """Number of worker tasks."""
-        return len(self.worker_hosts)
-
-    @property
-    def is_chief(self):
-        """True for worker task 0, which initializes the model and writes every file."""
-        return self.job_name == "worker" and self.task_id == 0
-
-    @property
-    def replicas_to_aggregate(self):
-        """Gradients per synchronous update."""
-        return self.num_replicas_to_aggregate or self.num_workers
-
-    @property
-    def address(self):
-        """This task's `host:port`."""
-        return self.hosts(self.job_name)[self.task_id]
-
-    def hosts(self, job_name):
-        """The `host:port` list of `job_name` ('ps' or 'worker')."""
-        return self.ps_hosts if job_name == "ps" else self.worker_hosts
-
-    def cluster_spec(self):
-        """The tf.compat.v1.train.ClusterSpec of the whole cluster."""
-        return tf1.train.ClusterSpec({"ps": list(self.ps_hosts),
-                                      "worker": list(self.worker_hosts)})
-
-    def describe(self):
-        """One log line: who this task is in which cluster."""
-        role = " (chief)" if self.is_chief else ""
-        return (f"{self.job_name} task {self.task_id}{role} at {self.address}; cluster of "
-                f"{len(self.ps_hosts)} parameter server(s) and {self.num_workers} worker(s)")
-
-    def validate(self):
-        """Raises ClusterConfigError for a cluster that cannot work; returns self."""
-        if self.job_name not in JOBS:
-            raise ClusterConfigError(f"--job_name={self.job_name!r}: use ps or worker.")
-        for job in JOBS:
-            if not self.hosts(job):
-                raise ClusterConfigError(f"--{job}_hosts is empty; list every {job} task as "
-                                         "host:port, comma-separated.")
-            for address in self.hosts(job):
-                _split_address(address)
-        everyone = self.ps_hosts + self.worker_hosts
-        duplicates = sorted({a for a in everyone if everyone.count(a) > 1})
-        if duplicates:
-            raise ClusterConfigError(f"{', '.join(duplicates)} appears more than once in "
-                                     "--ps_hosts/--worker_hosts; give every task its own port.")
-        count = len(self.hosts(self.job_name))
-        if not 0 <= self.task_id < count:
-            raise ClusterConfigError(f"--task_id={self.task_id} but --{self.job_name}_hosts "
-                                     f"lists {count} task(s); use 0 to {count - 1}.")
-        aggregate = self.num_replicas_to_aggregate
-        if aggregate is not None and not 1 <= aggregate <= self.num_workers:
-            raise ClusterConfigError(
-                f"--num_replicas_to_aggregate={aggregate} must be between 1 and the number of "
-                f"workers ({self.num_workers}): it is how many workers' gradients each update "
-                "averages. For more examples per update raise --batch_size.")
-        if self.startup_timeout_secs <= 0 or self.step_timeout_secs <= 0:
-            raise ClusterConfigError("--startup_timeout_secs and --step_timeout_secs must be "
-                                     "positive.")
-        return self
-
-
-def cluster_settings(job_name, task_id, ps_hosts, worker_hosts, num_replicas_to_aggregate=None,
-                     startup_timeout_secs=600.0, step_timeout_secs=600.0):
-    """Validated ClusterSettings, or None when no cluster flag is set (one machine).
-
-    `num_replicas_to_aggregate` of None, 0 or -1 (the original's default) means every worker.
-    """
-    ps_hosts, worker_hosts = tuple(ps_hosts or ()), tuple(worker_hosts or ())
-    if not job_name:
-        if ps_hosts or worker_hosts:
-            raise ClusterConfigError("--ps_hosts/--worker_hosts need --job_name=ps or "
-                                     "--job_name=worker (and --task_id).")
-        return None
-    if num_replicas_to_aggregate is not None and num_replicas_to_aggregate <= 0:
-        num_replicas_to_aggregate = None
-    return ClusterSettings(job_name, task_id, ps_hosts, worker_hosts, num_replicas_to_aggregate,
-                           startup_timeout_secs, step_timeout_secs).validate()
-
-
-def _split_address(address):
-    host, separator, port = address.strip().rpartition(":")
-    if not separator or not host or not port.isdigit():
-        raise ClusterConfigError(f"task address {address!r} is not host:port.")
-    return host.strip("[]"), int(port)
-
-
 def is_reachable(address, timeout=PROBE_CONNECT_TIMEOUT_SECS):
     """True when something accepts TCP connections at `host:port` (a running task's server)."""
     try:
-        with socket.create_connection(_split_address(address), timeout=timeout):
+        with socket.create_connection(split_address(address), timeout=timeout):
             return True
     except OSError:
         return False

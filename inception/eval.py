@@ -1,17 +1,15 @@
 """`bazel run //inception:eval`: evaluate checkpoints of a training run.
 
 Reads the model settings stored beside the checkpoints, so usually only --checkpoint_dir is
-needed. Flags follow the original tensorflow/models inception_eval.py.
+needed. Flags follow the original tensorflow/models inception_eval.py. Every flag is checked
+before TensorFlow loads (options.py).
 """
 
+from absl import app
+from absl import flags
+
 from inception import cli
-
-cli.quiet_tensorflow()
-
-from absl import app  # noqa: E402  pylint: disable=wrong-import-position
-from absl import flags  # noqa: E402  pylint: disable=wrong-import-position
-
-from inception import evaluation  # noqa: E402  pylint: disable=wrong-import-position
+from inception import options as options_lib
 
 FLAGS = flags.FLAGS
 
@@ -32,18 +30,27 @@ flags.DEFINE_float("depth_multiplier", None, "Override the stored depth multipli
 flags.DEFINE_bool("strict_input", False, "Stop on a damaged image instead of skipping it.")
 
 
+def options_from_flags():
+    """EvalOptions from the parsed flags, checked (one line and exit 2 for a bad one)."""
+    try:
+        return options_lib.EvalOptions(
+            checkpoint_dir=cli.user_path(FLAGS.checkpoint_dir),
+            eval_dir=cli.user_path(FLAGS.eval_dir), data_dir=cli.user_path(FLAGS.data_dir),
+            subset=FLAGS.subset, num_examples=FLAGS.num_examples, batch_size=FLAGS.batch_size,
+            eval_interval_secs=FLAGS.eval_interval_secs, run_once=FLAGS.run_once,
+            timeout_secs=FLAGS.timeout_secs, image_size=FLAGS.image_size,
+            depth_multiplier=FLAGS.depth_multiplier,
+            strict_input=FLAGS.strict_input).validate()
+    except ValueError as error:
+        cli.fail(error, code=2)
+
+
 def main(argv):
     if len(argv) > 1:
-        cli.fail(f"unexpected arguments {argv[1:]}; flags look like --run_once.")
-    if FLAGS.batch_size < 1:
-        cli.fail(f"--batch_size={FLAGS.batch_size} must be at least 1.")
-    options = evaluation.EvalOptions(
-        checkpoint_dir=cli.user_path(FLAGS.checkpoint_dir), eval_dir=cli.user_path(FLAGS.eval_dir),
-        data_dir=cli.user_path(FLAGS.data_dir), subset=FLAGS.subset,
-        num_examples=FLAGS.num_examples, batch_size=FLAGS.batch_size,
-        eval_interval_secs=FLAGS.eval_interval_secs, run_once=FLAGS.run_once,
-        timeout_secs=FLAGS.timeout_secs, image_size=FLAGS.image_size,
-        depth_multiplier=FLAGS.depth_multiplier, strict_input=FLAGS.strict_input)
+        cli.fail(f"unexpected arguments {argv[1:]}; flags look like --run_once.", code=2)
+    options = options_from_flags()
+    cli.quiet_tensorflow()
+    from inception import evaluation  # pylint: disable=import-outside-toplevel
     try:
         evaluation.run_evaluation(options, log=cli.log)
     except ValueError as error:

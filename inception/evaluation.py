@@ -10,26 +10,11 @@ from inception import checkpoints
 from inception import datasets
 from inception import devices
 from inception import evaluator
+from inception import input_pipeline
+from inception.options import EvalOptions  # noqa: F401  (callers build jobs from it)
 from inception.stop_request import StopRequest
 
 tf1 = tf.compat.v1
-
-
-@dataclasses.dataclass(frozen=True)
-class EvalOptions:
-    """Everything an evaluation job takes; None/empty means "as stored with the checkpoints"."""
-    checkpoint_dir: str
-    eval_dir: str = ""
-    data_dir: str = ""
-    subset: str = "validation"
-    num_examples: int = 0
-    batch_size: int = 100
-    eval_interval_secs: float = 60
-    run_once: bool = False
-    timeout_secs: float = 0
-    image_size: int = None
-    depth_multiplier: float = None
-    strict_input: bool = False
 
 
 def default_eval_dir(checkpoint_dir, subset):
@@ -61,6 +46,7 @@ def resolve_settings(options, log=print):
 
 def run_evaluation(options, log=print, logits_fn=None):
     """Evaluates as `options` say; returns the list of EvalResult (one per checkpoint)."""
+    options.validate()
     # Memory growth before anything creates the GPU devices: evaluation shares the GPU with a
     # training run beside it.
     devices.configure_gpus(devices.plan_towers(None, devices.count_gpus()))
@@ -82,7 +68,13 @@ def run_evaluation(options, log=print, logits_fn=None):
 
     def evaluate(path):
         log(f"evaluating {path} on {expected} {options.subset} examples of {dataset.name}...")
-        result = evaluator.evaluate_checkpoint(eval_graph, path, config, expected)
+        try:
+            result = evaluator.evaluate_checkpoint(eval_graph, path, config, expected)
+        except tf.errors.OpError as error:
+            input_error = input_pipeline.explain(error)
+            if input_error is None:
+                raise
+            raise input_error from None
         evaluator.write_summaries(writer, result)
         log(f"step {result.step}: {result.line()}, loss = {result.loss:.4f}"
             + (f", {result.corrupt_records} damaged images skipped"

@@ -13,6 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from inception import checkpoints
+from inception import errors
 from inception import input_pipeline
 from inception import model
 from inception.progress import ProgressBar
@@ -108,12 +109,19 @@ def build_eval_graph(shards, settings, batch_size, max_examples=0, strict=False,
 
 def evaluate_checkpoint(eval_graph, checkpoint_path, session_config=None, expected_examples=0,
                         show_progress=True):
-    """Restores `checkpoint_path` and scores the whole subset once; returns EvalResult."""
+    """Restores `checkpoint_path` and scores the whole subset once; returns EvalResult.
+    Raises CheckpointError naming the checkpoint when it does not restore."""
     checkpoints.check_restorable(checkpoint_path, eval_graph.restore_map)
-    progress = ProgressBar(expected_examples, "images") if show_progress else None
     totals = np.zeros(4, dtype=np.float64)
     with tf1.Session(graph=eval_graph.graph, config=session_config) as session:
-        eval_graph.saver.restore(session, checkpoint_path)
+        try:
+            eval_graph.saver.restore(session, checkpoint_path)
+        except tf.errors.OpError as error:
+            reason = errors.root_cause(error.message) or type(error).__name__
+            raise checkpoints.CheckpointError(
+                f"checkpoint {checkpoint_path} cannot be restored, it is damaged ({reason})"
+            ) from None
+        progress = ProgressBar(expected_examples, "images") if show_progress else None
         session.run([eval_graph.local_initializer, eval_graph.input_initializer])
         fetches = [eval_graph.top1_correct, eval_graph.top5_correct, eval_graph.loss_sum,
                    eval_graph.batch_examples]
@@ -150,7 +158,8 @@ def write_summaries(writer, result):
 
 def watch_checkpoints(checkpoint_dir, evaluate, interval_secs, timeout_secs=0, stop=None,
                       log=print, sleep=time.sleep):
-    """Calls `evaluate(path)` once for every new checkpoint in `checkpoint_dir`, oldest first.
+    """Calls `evaluate(path)` once for every new checkpoint in `checkpoint_dir`, oldest first;
+    one that raises CheckpointError (e.g. damaged) is named in one line and skipped.
 
     Only checkpoints listed in the directory's `checkpoint` state file (which TensorFlow
     rewrites after the files are complete) are read. Returns the number evaluated when
@@ -172,7 +181,11 @@ def watch_checkpoints(checkpoint_dir, evaluate, interval_secs, timeout_secs=0, s
                 log(f"{path} was deleted before it could be evaluated (training keeps only the "
                     "newest few); skipping it.")
                 continue
-            evaluate(path)
+            try:
+                evaluate(path)
+            except checkpoints.CheckpointError as error:
+                log(f"skipping {path}: {error}")
+                continue
             evaluated += 1
         if pending:
             waiting_logged = False

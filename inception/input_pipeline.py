@@ -12,6 +12,8 @@ import sys
 
 import tensorflow as tf
 
+from inception import errors
+
 from inception import image_processing
 
 tf1 = tf.compat.v1
@@ -55,9 +57,43 @@ def parse_example(serialized):
     return features["image/encoded"], label, boxes, features["image/filename"]
 
 
+class InputError(ValueError):
+    """The input stopped a run (--strict_input, or a label the model cannot represent); the
+    message is one line naming the record's file where known."""
+
+
+INPUT_ERROR_MARKERS = ("drop --strict_input", "check --num_classes", "Invalid JPEG data",
+                       "jpeg", "JPEG")
+
+
+def explain(error):
+    """An InputError for a TensorFlow error the input pipeline raised, or None for others."""
+    cause = errors.root_cause(getattr(error, "message", str(error)))
+    if not any(marker in cause for marker in INPUT_ERROR_MARKERS):
+        return None
+    if "drop --strict_input" in cause or "check --num_classes" in cause:
+        return InputError(cause)
+    return InputError(f"an input image could not be decoded ({cause}); remove it from the "
+                      "shards, or drop --strict_input to skip such records.")
+
+
 def _corrupt_counter():
     return tf1.Variable(0, dtype=tf.int64, trainable=False, name="corrupt_records",
                         collections=[tf1.GraphKeys.LOCAL_VARIABLES])
+
+
+def _gap_counter(counter):
+    """A map function, run in order after ignore_errors: adds to `counter` the records missing
+    before each one (dropped because they failed to decode)."""
+    last = tf1.Variable(-1, dtype=tf.int64, trainable=False, name="last_record",
+                        collections=[tf1.GraphKeys.LOCAL_VARIABLES])
+
+    def count(index, image, label, filename, ok):
+        missing = index - last - 1
+        with tf.control_dependencies([counter.assign_add(tf.maximum(missing, 0))]):
+            with tf.control_dependencies([last.assign(index)]):
+                return tf.identity(index), image, label, filename, ok
+    return count
 
 
 def _checked_label(label, num_classes, filename):
@@ -130,7 +166,7 @@ def build_train_input(shards, batch_size, image_size, num_classes, seed=None, st
         return image, label, filename, ok
 
     return _finish(records.enumerate(), preprocess, batch_size, num_classes, counter, strict,
-                   deterministic, drop_remainder=True, threads=threads)
+                   drop_remainder=True, threads=threads)
 
 
 def build_eval_input(shards, batch_size, image_size, num_classes, strict=False, max_examples=0):
@@ -156,21 +192,23 @@ def build_eval_input(shards, batch_size, image_size, num_classes, strict=False, 
         return image, label, filename, ok
 
     return _finish(records.enumerate(), preprocess, batch_size, num_classes, counter, strict,
-                   deterministic=True, drop_remainder=False)
+                   drop_remainder=False)
 
 
 def _finish(indexed_records, preprocess, batch_size, num_classes, counter, strict,
-            deterministic, drop_remainder, threads=0):
-    dataset = indexed_records.map(preprocess, num_parallel_calls=AUTOTUNE,
-                                  deterministic=deterministic)
-    dataset = dataset.filter(lambda image, label, filename, ok: ok)
+            drop_remainder, threads=0):
+    # The decoding map keeps the records' order (it stays parallel): a JPEG that looks complete
+    # but still fails to decode is dropped by ignore_errors rather than ending a long run, and
+    # the gap it leaves in the record numbers is what counts it.
+    dataset = indexed_records.map(lambda index, serialized: (index, *preprocess(index,
+                                                                                serialized)),
+                                  num_parallel_calls=AUTOTUNE, deterministic=True)
     if not strict:
-        # Last line of defence: a JPEG that looks complete but still fails to decode is dropped
-        # (TensorFlow logs it) rather than ending a long run.
-        dataset = dataset.ignore_errors(log_warning=True)
+        dataset = dataset.ignore_errors(log_warning=True).map(_gap_counter(counter))
+    dataset = dataset.filter(lambda index, image, label, filename, ok: ok)
     # After ignore_errors on purpose: a label the model cannot represent must stop the run.
-    dataset = dataset.map(
-        lambda image, label, filename, ok: (image, _checked_label(label, num_classes, filename)))
+    dataset = dataset.map(lambda index, image, label, filename, ok: (
+        image, _checked_label(label, num_classes, filename)))
     dataset = dataset.batch(batch_size, drop_remainder=drop_remainder).prefetch(AUTOTUNE)
     if threads:
         options = tf.data.Options()

@@ -10,10 +10,10 @@ import tensorflow as tf
 
 from inception import mixed_precision
 from inception.compat import tf_slim as slim
+from inception.options import MIN_AUX_IMAGE_SIZE
+from inception.options import MIN_IMAGE_SIZE
 from tf_slim.nets import inception_v3
 
-MIN_IMAGE_SIZE = 75
-MIN_AUX_IMAGE_SIZE = 107
 LABEL_SMOOTHING = 0.1
 AUX_LOSS_WEIGHT = 0.4
 WEIGHT_DECAY = 0.00004

@@ -1,11 +1,14 @@
 """Turns SIGINT/SIGTERM into a polite request to stop at the next safe point."""
 
+import os
 import signal
 
 
 class StopRequest:
     """Context manager: while inside, the first SIGINT/SIGTERM sets `signal_number` instead of
-    killing the process; a second one gets the previous behaviour (stop at once).
+    killing the process; a second one ends the process at once (exit status 128 + signal),
+    even in the middle of a TensorFlow call. A save cut short that way leaves only temporary
+    files, which the next run removes: the previous checkpoint stays the newest.
 
     Outside the main thread signals cannot be caught; the request then never fires.
 
@@ -44,7 +47,12 @@ class StopRequest:
         del frame
         if self.signal_number is None:
             self.signal_number = number
-        signal.signal(number, self._previous.get(number, signal.SIG_DFL))
+            return
+        # os.write and os._exit are safe inside a signal handler; print and sys.exit are not
+        # (and sys.exit would wait for the TensorFlow call under way to return).
+        os.write(2, f"{signal.Signals(number).name} received again: stopping at once; rerun "
+                    "the same command to resume from the last checkpoint.\n".encode())
+        os._exit(128 + number)  # pylint: disable=protected-access
 
     def __exit__(self, *exc_info):
         for number, handler in self._previous.items():

@@ -42,9 +42,12 @@ class AveragedGradients:
     """Gradients averaged over towers, ready for `optimizer.apply_gradients`.
 
     skipped: names of variables of the var_list that no tower's loss reaches (left out).
+    tower_norms: float32 [num_towers], the global norm of each tower's gradients (scaled by the
+      loss scale when there is one): a NaN or Inf names the towers whose update was not finite.
     """
     grads_and_vars: list
     skipped: list
+    tower_norms: tf.Tensor = None
 
 
 def variables_on(variable_device, compute_device):
@@ -174,8 +177,8 @@ def build_gradients(towers, var_list, regularization, term_names=None, device="/
     """
     if not var_list:
         raise ValueError("no variables to train: var_list is empty")
-    averaged, skipped = average_gradients(
-        tower_gradients(towers, var_list, term_names, loss_scale), var_list, device)
+    per_tower = tower_gradients(towers, var_list, term_names, loss_scale)
+    averaged, skipped = average_gradients(per_tower, var_list, device)
     if loss_scale is not None:
         with tf.device(device), tf.name_scope("unscale_gradients"):
             averaged = [(grad / loss_scale, variable) for grad, variable in averaged]
@@ -184,7 +187,19 @@ def build_gradients(towers, var_list, regularization, term_names=None, device="/
         reg_grads = tf.gradients(regularization, trained) if trained else []
     grads_and_vars = [(grad if reg is None else grad + reg, variable)
                       for (grad, variable), reg in zip(averaged, reg_grads)]
-    return AveragedGradients(grads_and_vars, skipped)
+    return AveragedGradients(grads_and_vars, skipped, gradient_norms(towers, per_tower, device))
+
+
+def gradient_norms(towers, per_tower_grads, device="/cpu:0"):
+    """float32 [num_towers]: each tower's gradient global norm, computed on its own device."""
+    norms = []
+    for tower, grads in zip(towers, per_tower_grads):
+        with tf.device(tower.device), tf.name_scope(f"{tower.name_scope}gradient_norm"):
+            present = [grad for grad in grads if grad is not None]
+            norms.append(tf.cast(tf.linalg.global_norm(present), tf.float32) if present
+                         else tf.constant(0.0))
+    with tf.device(device):
+        return tf.stack(norms, name="tower_gradient_norms")
 
 
 def batch_norm_updates(towers):

@@ -3,24 +3,22 @@
 With no flags it trains the embedded demo data set with 2 towers in a few minutes on a CPU.
 Flags follow the original tensorflow/models inception_train.py where it had them, and
 imagenet_distributed_train.py for training on several machines (--job_name, --task_id,
---ps_hosts, --worker_hosts, --num_replicas_to_aggregate).
+--ps_hosts, --worker_hosts, --num_replicas_to_aggregate; or TF_CONFIG from a scheduler).
+
+Every flag is checked before TensorFlow loads (options.py, cluster.py), so a bad one costs a
+second and writes nothing.
 """
 
+import os
+import signal
+import sys
+
+from absl import app
+from absl import flags
+
 from inception import cli
-
-cli.quiet_tensorflow()
-
-import os  # noqa: E402  pylint: disable=wrong-import-position
-import signal  # noqa: E402  pylint: disable=wrong-import-position
-import sys  # noqa: E402  pylint: disable=wrong-import-position
-
-from absl import app  # noqa: E402  pylint: disable=wrong-import-position
-from absl import flags  # noqa: E402  pylint: disable=wrong-import-position
-
-from inception import datasets  # noqa: E402  pylint: disable=wrong-import-position
-from inception import distributed  # noqa: E402  pylint: disable=wrong-import-position
-from inception import train_loop  # noqa: E402  pylint: disable=wrong-import-position
-from inception import training  # noqa: E402  pylint: disable=wrong-import-position
+from inception import cluster as cluster_lib
+from inception import options as options_lib
 
 FLAGS = flags.FLAGS
 DEFAULT_TRAIN_DIR = "/tmp/inception_train"
@@ -30,7 +28,7 @@ flags.DEFINE_string("train_dir", DEFAULT_TRAIN_DIR,
                     "resumes from the newest checkpoint here.")
 flags.DEFINE_string("data_dir", "", "Directory of TFRecord shards (train-*-of-*); empty: the "
                     "embedded demo data set, generated on first use.")
-flags.DEFINE_enum("dataset", "", ("",) + datasets.DATASET_NAMES,
+flags.DEFINE_enum("dataset", "", ("",) + options_lib.DATASET_NAMES,
                   "Data set; empty: demo without --data_dir, else read labels.txt there.")
 flags.DEFINE_integer("num_classes", None, "Labels in the data (background excluded); only for "
                      "shards without labels.txt that are not imagenet or flowers.")
@@ -53,11 +51,11 @@ flags.DEFINE_float("num_epochs_per_decay", None, "Epochs between learning-rate d
 flags.DEFINE_float("learning_rate_decay_factor", 0.16, "Learning-rate decay factor.")
 flags.DEFINE_integer("seed", None, "Seed for reproducible initial weights, input order and "
                      "distortions.")
-flags.DEFINE_enum("precision", "fp32", ("fp32", "bf16", "fp16"),
+flags.DEFINE_enum("precision", "fp32", options_lib.PRECISIONS,
                   "Arithmetic of the towers: fp32 (TF32 tensor cores on GPUs that have them); "
                   "bf16 (GPUs of compute capability 8.0+, or CPUs with AVX512-BF16/AMX); fp16 "
                   "(GPUs, with dynamic loss scaling). Variables, loss and averaging stay fp32.")
-flags.DEFINE_enum("variable_device", "auto", ("auto", "cpu", "gpu"),
+flags.DEFINE_enum("variable_device", "auto", options_lib.VARIABLE_DEVICES,
                   "Where the variables, the gradient averaging and the updates live: cpu (as in "
                   "the original; the towers read them from there), gpu (the first GPU), or auto: "
                   "the GPU when there is one GPU, else the CPU. See README, Benchmarks.")
@@ -70,6 +68,16 @@ flags.DEFINE_integer("save_summaries_steps", 20, "Write summaries every this man
 flags.DEFINE_float("save_summaries_secs", 0, "Also write summaries every this many seconds.")
 flags.DEFINE_integer("save_checkpoint_steps", 1000, "Checkpoint every this many steps (0: off).")
 flags.DEFINE_float("save_interval_secs", 600, "Also checkpoint every this many seconds (0: off).")
+flags.DEFINE_integer("keep_checkpoints", 5, "Keep the newest this many checkpoints (older ones "
+                     "are deleted, over resumed runs too).")
+flags.DEFINE_float("keep_checkpoint_every_n_hours", 0, "Also keep one checkpoint every this "
+                   "many hours of training (0: none kept that way).")
+flags.DEFINE_enum("on_nan", "stop", options_lib.ON_NAN, "When a loss, an update or a variable "
+                  "becomes NaN/Inf: stop (the newest checkpoint is the last good one), or "
+                  "rollback to the newest finite checkpoint of this run and go on with the next "
+                  "batches.")
+flags.DEFINE_integer("max_nan_rollbacks", 3, "With --on_nan=rollback: stop after this many "
+                     "rollbacks in one run.")
 flags.DEFINE_list("trainable_scopes", [], "Train only the variables under these variable "
                   "scopes, e.g. InceptionV3/Logits,InceptionV3/AuxLogits (default: all).")
 flags.DEFINE_string("stages", "", "A training plan of stages 'name:steps:scope,scope;...', e.g. "
@@ -101,15 +109,16 @@ flags.DEFINE_float("step_timeout_secs", 600, "Longest a worker waits for one syn
 
 
 def cluster_from_flags():
-    """distributed.ClusterSettings from the cluster flags, or None for one machine."""
-    return distributed.cluster_settings(
+    """cluster.ClusterSettings from the cluster flags or TF_CONFIG, or None for one machine."""
+    return cluster_lib.cluster_settings(
         FLAGS.job_name, FLAGS.task_id, FLAGS.ps_hosts, FLAGS.worker_hosts,
-        FLAGS.num_replicas_to_aggregate, FLAGS.startup_timeout_secs, FLAGS.step_timeout_secs)
+        FLAGS.num_replicas_to_aggregate, FLAGS.startup_timeout_secs, FLAGS.step_timeout_secs,
+        tf_config=os.environ.get("TF_CONFIG", ""))
 
 
 def options_from_flags(cluster=None):
     """TrainOptions from the parsed flags (paths taken relative to the caller's directory)."""
-    return training.TrainOptions(
+    return options_lib.TrainOptions(
         train_dir=cli.user_path(FLAGS.train_dir), data_dir=cli.user_path(FLAGS.data_dir),
         dataset=FLAGS.dataset, num_classes=FLAGS.num_classes, subset=FLAGS.subset,
         num_towers=FLAGS.num_gpus, virtual_gpu_memory_mb=FLAGS.virtual_gpu_memory_mb,
@@ -125,6 +134,9 @@ def options_from_flags(cluster=None):
         save_summaries_secs=FLAGS.save_summaries_secs,
         save_checkpoint_steps=FLAGS.save_checkpoint_steps,
         save_interval_secs=FLAGS.save_interval_secs,
+        keep_checkpoints=FLAGS.keep_checkpoints,
+        keep_checkpoint_every_n_hours=FLAGS.keep_checkpoint_every_n_hours,
+        on_nan=FLAGS.on_nan, max_nan_rollbacks=FLAGS.max_nan_rollbacks,
         intra_op_threads=FLAGS.intra_op_threads, inter_op_threads=FLAGS.inter_op_threads,
         trainable_scopes=tuple(FLAGS.trainable_scopes), stages=FLAGS.stages,
         training_plan=cli.user_path(FLAGS.training_plan),
@@ -151,6 +163,7 @@ def exit_now(message):
 
 def serve_parameters(cluster):
     """The parameter-server task: serves variables until every worker is done."""
+    from inception import distributed  # pylint: disable=import-outside-toplevel
     try:
         signal_number = distributed.run_parameter_server(cluster, log=cli.log)
     except distributed.ClusterError as error:
@@ -170,24 +183,40 @@ def report_worker_end(options, result):
     cli.log(f"worker {options.cluster.task_id} done at step {result.step}.")
 
 
-def main(argv):
-    if len(argv) > 1:
-        cli.fail(f"unexpected arguments {argv[1:]}; flags look like --max_steps=100.")
+def checked_options():
+    """The run's TrainOptions from the flags, or the cluster when this is a parameter server;
+    any bad flag ends the process with one line (exit 2) before TensorFlow loads."""
     try:
         cluster = cluster_from_flags()
+        if cluster is not None and cluster.job_name == "ps":
+            return None, cluster
+        return options_from_flags(cluster).validate(), cluster
     except ValueError as error:
         cli.fail(error, code=2)
-    if cluster is not None and cluster.job_name == "ps":
+
+
+def train(options):
+    """Trains (TensorFlow loads here); returns train_loop.TrainResult or ends with one line."""
+    cli.quiet_tensorflow()
+    from inception import distributed  # pylint: disable=import-outside-toplevel
+    from inception import train_loop  # pylint: disable=import-outside-toplevel
+    from inception import training  # pylint: disable=import-outside-toplevel
+    try:
+        return training.train(options, log=cli.log, on_stuck=exit_now)
+    except (train_loop.NonFiniteLossError, distributed.ClusterError,
+            distributed.DivergedError, ValueError) as error:
+        cli.fail(error)
+
+
+def main(argv):
+    if len(argv) > 1:
+        cli.fail(f"unexpected arguments {argv[1:]}; flags look like --max_steps=100.", code=2)
+    options, cluster = checked_options()
+    if options is None:
+        cli.quiet_tensorflow()
         serve_parameters(cluster)
         return
-    options = options_from_flags(cluster)
-    try:
-        result = training.train(options, log=cli.log, on_stuck=exit_now)
-    except (train_loop.NonFiniteLossError, distributed.ClusterError,
-            distributed.DivergedError) as error:
-        cli.fail(error)
-    except ValueError as error:
-        cli.fail(error)
+    result = train(options)
     if cluster is not None:
         report_worker_end(options, result)
     else:

@@ -50,12 +50,15 @@ class StageOps:
 
     train_op: one synchronous step of this stage (its gradients, update, EMA, batch-norm
     statistics); tower_losses: float32 [num_towers], each tower's loss in this stage;
-    mean_loss: their mean; variables: names of the variables this stage trains; skipped:
-    variables of the stage that its loss does not reach (left out).
+    tower_gradient_norms: float32 [num_towers], the global norm of each tower's gradients in
+    this step (NaN/Inf: that tower's update was not finite); mean_loss: their mean; variables:
+    names of the variables this stage trains; skipped: variables of the stage that its loss
+    does not reach (left out).
     """
     stage: stages_lib.Stage
     train_op: tf.Operation
     tower_losses: tf.Tensor
+    tower_gradient_norms: tf.Tensor
     mean_loss: tf.Tensor
     learning_rate: tf.Tensor
     summary_op: tf.Tensor
@@ -69,6 +72,8 @@ class TrainGraph:
 
     input_fill: with inputs staged on the towers' devices, the op that stages the first batch
     (run once after `input_initializer`, before the first step); None without staging.
+    loss_scaled: dynamic loss scaling is on (fp16): a step whose gradients overflow skips its
+    update by design, so only a non-finite loss means divergence.
     """
     global_step: tf.Variable
     plan: stages_lib.TrainingPlan
@@ -77,6 +82,7 @@ class TrainGraph:
     input_initializer: tf.Operation
     moving_average: tf1.train.ExponentialMovingAverage
     input_fill: tf.Operation = None
+    loss_scaled: bool = False
 
     @property
     def skipped_variables(self):
@@ -161,7 +167,8 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices, p
     return TrainGraph(global_step=global_step, plan=plan, stages=stage_ops,
                       corrupt_records=input_batch.corrupt_records,
                       input_initializer=input_batch.initializer, moving_average=moving_average,
-                      input_fill=staged.put_op if staged else None)
+                      input_fill=staged.put_op if staged else None,
+                      loss_scaled=loss_scale is not None)
 
 
 def sync_averages_op(moving_average, variables):
@@ -217,7 +224,8 @@ def _build_stage(stage, index, shared):
         summary_op = _summaries(shared, stage, index, tower_totals, mean_loss, learning_rate,
                                 gradients.grads_and_vars)
     return StageOps(stage=stage, train_op=train_op, tower_losses=tower_losses,
-                    mean_loss=mean_loss, learning_rate=learning_rate, summary_op=summary_op,
+                    tower_gradient_norms=gradients.tower_norms, mean_loss=mean_loss,
+                    learning_rate=learning_rate, summary_op=summary_op,
                     variables=[v.op.name for v in trained], skipped=gradients.skipped)
 
 

@@ -24,22 +24,69 @@ CHECKPOINT_BASENAME = "model.ckpt"
 
 
 class NonFiniteLossError(RuntimeError):
-    """A tower's loss became NaN or infinite; the message names the step and the towers."""
+    """Training diverged: a tower's loss or update, or a variable, became NaN or infinite. The
+    message names the step that did it, the towers and the last good checkpoint."""
 
-    def __init__(self, step, tower_losses, last_checkpoint):
+    def __init__(self, step, tower_losses, last_checkpoint, tower_gradient_norms=(),
+                 variables=()):
         self.step = step
-        self.bad_towers = [i for i, value in enumerate(tower_losses) if not math.isfinite(value)]
-        values = ", ".join(f"tower_{i} = {value:.4g}" for i, value in enumerate(tower_losses))
-        kept = (f"the last good checkpoint is {last_checkpoint}" if last_checkpoint
-                else "no checkpoint was written")
-        towers = ", ".join(f"tower_{i}" for i in self.bad_towers)
-        super().__init__(f"loss is not finite at step {step} in {towers} ({values}); training "
-                         f"stopped and {kept}. Lower --initial_learning_rate or check the data.")
+        losses_bad = [i for i, value in enumerate(tower_losses) if not math.isfinite(value)]
+        norms_bad = [i for i, value in enumerate(tower_gradient_norms)
+                     if not math.isfinite(value)]
+        self.bad_towers = losses_bad or norms_bad
+        super().__init__(f"{divergence(step, tower_losses, tower_gradient_norms, variables)}; "
+                         f"training stopped and {_kept(last_checkpoint)}. Lower "
+                         "--initial_learning_rate, check the data, or rerun with "
+                         "--on_nan=rollback.")
+
+
+def divergence(step, tower_losses, tower_gradient_norms=(), variables=()):
+    """What went non-finite at `step`, for the log and the error."""
+    def towers(values):
+        return ", ".join(f"tower_{i}" for i, value in enumerate(values)
+                         if not math.isfinite(value))
+
+    def listed(values):
+        return ", ".join(f"tower_{i} = {value:.4g}" for i, value in enumerate(values))
+    if any(not math.isfinite(value) for value in tower_losses):
+        return (f"loss is not finite at step {step} in {towers(tower_losses)} "
+                f"({listed(tower_losses)})")
+    if any(not math.isfinite(value) for value in tower_gradient_norms):
+        return (f"the update of step {step} is not finite in {towers(tower_gradient_norms)} "
+                f"(gradient norms: {listed(tower_gradient_norms)})")
+    return (f"{len(variables)} variable(s) are not finite at step {step} (e.g. "
+            f"{variables[0] if variables else '?'})")
+
+
+def _kept(last_checkpoint):
+    return (f"the last good checkpoint is {last_checkpoint}" if last_checkpoint
+            else "no checkpoint was written")
+
+
+class _Diverged(Exception):
+    """Inside the loop: this step's loss, update or variables are not finite."""
+
+    def __init__(self, step, tower_losses=(), tower_gradient_norms=(), variables=()):
+        super().__init__(divergence(step, tower_losses, tower_gradient_norms, variables))
+        self.step, self.tower_losses = step, list(tower_losses)
+        self.tower_gradient_norms, self.variables = list(tower_gradient_norms), list(variables)
+
+    def error(self, last_checkpoint):
+        """The NonFiniteLossError to stop with."""
+        return NonFiniteLossError(self.step, self.tower_losses, last_checkpoint,
+                                  self.tower_gradient_norms, self.variables)
 
 
 @dataclasses.dataclass(frozen=True)
 class LoopSettings:
-    """Cadences and limits of the loop (0 turns a step or seconds cadence off)."""
+    """Cadences and limits of the loop (0 turns a step or seconds cadence off).
+
+    keep_checkpoints: the newest this many checkpoints stay (across resumed runs); older ones
+      are deleted except one every keep_checkpoint_every_n_hours (0: none kept that way).
+    on_nan: 'stop' (raise NonFiniteLossError) or 'rollback' (restore the newest finite
+      checkpoint of this run, or its starting point, and go on with the next batches), at most
+      max_nan_rollbacks times.
+    """
     train_dir: str
     max_steps: int
     batch_size: int
@@ -49,6 +96,9 @@ class LoopSettings:
     save_checkpoint_steps: int = 1000
     save_interval_secs: float = 600
     keep_checkpoints: int = 5
+    keep_checkpoint_every_n_hours: float = 0
+    on_nan: str = "stop"
+    max_nan_rollbacks: int = 3
 
 
 @dataclasses.dataclass
@@ -137,12 +187,16 @@ def run_training(build_graph, session_config, settings, make_initializer=None, l
                  replica=None):
     """Builds the graph with `build_graph()` and trains until `settings.max_steps`.
 
-    Resumes from the newest checkpoint in `settings.train_dir` when there is one; otherwise
-    initializes the variables and then runs the initializer that `make_initializer()` (called
-    while the graph is built) returned, e.g. to restore a pretrained model. Runs each step
-    with the train op of the plan's current stage. Saves every `save_checkpoint_steps` /
-    `save_interval_secs`, at the end and on SIGINT/SIGTERM; never after a non-finite loss
-    (NonFiniteLossError is raised and the last good checkpoint stays the newest).
+    Resumes from the newest checkpoint in `settings.train_dir` that restores and holds finite
+    values (each one skipped is named in the log, none deleted); otherwise initializes the
+    variables and then runs the initializer that `make_initializer()` (called while the graph
+    is built) returned, e.g. to restore a pretrained model. Runs each step with the train op
+    of the plan's current stage and checks its towers' losses and gradient norms. Saves every
+    `save_checkpoint_steps` / `save_interval_secs`, at the end and on SIGINT/SIGTERM, each time
+    after checking that every variable is finite: a checkpoint never holds NaN or Inf. When
+    training diverges it stops with NonFiniteLossError naming the step and the last good
+    checkpoint, or, with `settings.on_nan='rollback'`, goes back to the newest finite state of
+    this run and on with the next batches.
 
     Args:
       build_graph: callable() -> train_graph.TrainGraph, called inside a fresh default graph.
@@ -154,27 +208,34 @@ def run_training(build_graph, session_config, settings, make_initializer=None, l
         nor writes `train_dir`: it waits for the chief to initialize the shared variables.
 
     Returns:
-      TrainResult.
+      TrainResult. Raises NonFiniteLossError, and checkpoints.CheckpointError when no
+      checkpoint restores or one cannot be written.
     """
     replica = replica or Replica()
+    checkpoint = None
     if replica.is_chief:
         os.makedirs(settings.train_dir, exist_ok=True)
-    checkpoint = checkpoints.latest_checkpoint(settings.train_dir) if replica.is_chief else None
+        checkpoints.remove_interrupted_saves(settings.train_dir, log)
+        checkpoint = checkpoints.newest_usable_checkpoint(settings.train_dir, log)
     graph = tf.Graph()
     with graph.as_default(), replica.device_scope():
         train_graph = build_graph()
         saved_variables = {v.op.name: v for v in tf1.global_variables()}
-        saver = tf1.train.Saver(saved_variables, max_to_keep=settings.keep_checkpoints,
-                                name="saver")
+        saver = tf1.train.Saver(
+            saved_variables, max_to_keep=settings.keep_checkpoints, name="saver",
+            keep_checkpoint_every_n_hours=settings.keep_checkpoint_every_n_hours or 1e6)
         if not replica.is_chief:
             start = replica.wait_until_ready
         elif checkpoint:
             start = _prepare_resume(checkpoint, train_graph, saved_variables, log)
         else:
             start = _prepare_fresh_start(train_graph, make_initializer)
+        health = _VariableHealth(saved_variables)
         local_init = tf1.local_variables_initializer()
         replica.build(train_graph)
         graph.finalize()
+    if checkpoint:
+        saver.recover_last_checkpoints(checkpoints.all_checkpoints(settings.train_dir))
     for name in train_graph.skipped_variables:
         log(f"note: no loss reaches variable {name}; it is left out of the update.")
     end_step = min(settings.max_steps, train_graph.plan.total_steps or settings.max_steps)
@@ -192,27 +253,33 @@ def run_training(build_graph, session_config, settings, make_initializer=None, l
                     f"(--max_steps={settings.max_steps}); nothing to train. Raise --max_steps "
                     "or use a new --train_dir.")
                 return TrainResult(step=step, checkpoint=checkpoint)
-            return _train_until(end_step, session, saver, train_graph, settings, step,
-                                checkpoint, replica, log)
+            loop = _Loop(session, saver, train_graph, dataclasses.replace(
+                settings, max_steps=end_step), replica, log, start, health)
+            return loop.run(step, checkpoint)
         finally:
             replica.finish(session)
 
 
-def _train_until(end_step, session, saver, train_graph, settings, step, checkpoint, replica,
-                 log):
-    settings = dataclasses.replace(settings, max_steps=end_step)
-    if replica.is_chief:
-        writer = tf1.summary.FileWriter(settings.train_dir,
-                                        session.graph if checkpoint is None else None)
-    else:
-        writer = _NoSummaryWriter()
-        settings = dataclasses.replace(settings, save_summaries_steps=0, save_summaries_secs=0,
-                                       save_checkpoint_steps=0, save_interval_secs=0)
-    try:
-        return _loop(session, saver, writer, train_graph, settings, step, checkpoint, replica,
-                     log)
-    finally:
-        writer.close()
+class _VariableHealth:
+    """Which saved float variables hold NaN or Inf (checked before every save), and how many
+    bytes a checkpoint of them takes."""
+
+    def __init__(self, saved_variables):
+        floats = [(name, v) for name, v in sorted(saved_variables.items())
+                  if v.dtype.base_dtype.is_floating]
+        self.names = [name for name, _ in floats]
+        checks = []
+        for _, variable in floats:
+            with tf.device(variable.device):
+                checks.append(tf.reduce_all(tf.math.is_finite(variable)))
+        with tf.name_scope("variable_health"):
+            self.finite = tf.stack(checks) if checks else tf.constant([], tf.bool)
+        self.checkpoint_bytes = sum(
+            v.shape.num_elements() * v.dtype.base_dtype.size for v in saved_variables.values())
+
+    def non_finite(self, session):
+        """Names of the variables that are not finite now."""
+        return [name for name, ok in zip(self.names, session.run(self.finite)) if not ok]
 
 
 def _prepare_fresh_start(train_graph, make_initializer):
@@ -266,66 +333,161 @@ def _prepare_resume(checkpoint, train_graph, saved_variables, log):
     return start
 
 
-def _loop(session, saver, writer, graph, settings, step, checkpoint, replica, log):
-    now = time.time()
-    log_cadence = Cadence(settings.log_every_n_steps, start_step=step, start_time=now)
-    summary_cadence = Cadence(settings.save_summaries_steps, settings.save_summaries_secs,
-                              start_step=step - settings.save_summaries_steps, start_time=now)
-    checkpoint_cadence = Cadence(settings.save_checkpoint_steps, settings.save_interval_secs,
-                                 start_step=step, start_time=now)
-    interval_start, interval_step = now, step
-    saved_step = step
-    result = TrainResult(step=step, checkpoint=checkpoint)
-    stage_index = None
-    corrupt_reported = 0
-    action = ("saving a checkpoint after this step and stopping" if replica.is_chief
-              else "stopping after this step")
-    with StopRequest(log, action) as stop:
-        while step < settings.max_steps and not stop.requested:
-            if graph.plan.stage_index_at(step) != stage_index:
-                stage_index = graph.plan.stage_index_at(step)
-                log(timestamped(describe_stage(graph, stage_index, settings.max_steps)))
-            ops = graph.stages[stage_index]
-            want_summary = summary_cadence.due(step + 1, time.time())
-            fetches = {"train": ops.train_op, "losses": ops.tower_losses}
-            if want_summary:
-                fetches["summary"] = ops.summary_op
-            try:
-                out, step = replica.run_step(session, fetches, step)
-            except PeerStopped as ended:
-                step = ended.step
-                result.stopped_by_peer = step < settings.max_steps
-                break
-            losses = [float(value) for value in out["losses"]]
-            if not all(math.isfinite(value) for value in losses):
-                writer.flush()
-                raise NonFiniteLossError(step, losses, result.checkpoint)
-            result.last_mean_loss = float(np.mean(losses))
-            now = time.time()
-            if want_summary:
-                summary_cadence.mark(step, now)
-                writer.add_summary(out["summary"], step)
-            if log_cadence.check_and_mark(step, now) or step == settings.max_steps:
-                steps_done = step - interval_step
-                elapsed = max(now - interval_start, 1e-9)
-                examples_per_sec = settings.batch_size * steps_done / elapsed
-                log(timestamped(f"step {step}, loss = {result.last_mean_loss:.4f} "
-                                f"({examples_per_sec:.1f} examples/sec; "
-                                f"{elapsed / steps_done:.3f} sec/batch)"))
-                writer.add_summary(tf1.Summary(value=[tf1.Summary.Value(
-                    tag="examples_per_sec", simple_value=examples_per_sec)]), step)
-                interval_start, interval_step = now, step
-                corrupt_reported = _report_corrupt_records(session, graph, corrupt_reported, log)
-            if checkpoint_cadence.check_and_mark(step, now):
-                replica.before_save(session)
-                result.checkpoint = _save(session, saver, settings.train_dir, step)
-                saved_step = step
-        result.step = step
-        if step != saved_step and replica.is_chief:
-            replica.before_save(session)
-            result.checkpoint = _save(session, saver, settings.train_dir, step)
-        result.stopped_by_signal = stop.signal_number
-    return result
+class _Loop:
+    """One run of the training loop over an open session: steps, logs, summaries, the
+    divergence checks, rollbacks and checkpoints."""
+
+    def __init__(self, session, saver, graph, settings, replica, log, restart, health):
+        self.session, self.saver, self.graph, self.settings = session, saver, graph, settings
+        self.replica, self.log, self.restart, self.health = replica, log, restart, health
+        self.writer = _NoSummaryWriter()
+        self.rollbacks = 0
+        self.saved_this_run = None  # the newest checkpoint this run wrote
+
+    def run(self, step, checkpoint):
+        """Trains from `step` to settings.max_steps (or a stop request); returns TrainResult."""
+        settings = self.settings
+        if self.replica.is_chief:
+            self.writer = tf1.summary.FileWriter(
+                settings.train_dir, self.session.graph if checkpoint is None else None)
+        else:
+            settings = self.settings = dataclasses.replace(
+                settings, save_summaries_steps=0, save_summaries_secs=0,
+                save_checkpoint_steps=0, save_interval_secs=0)
+        try:
+            return self._train(step, TrainResult(step=step, checkpoint=checkpoint))
+        finally:
+            self.writer.close()
+
+    def _train(self, step, result):
+        now = time.time()
+        cadences = _Cadences(self.settings, step, now)
+        saved_step, stage_index, corrupt = step, None, 0
+        action = ("saving a checkpoint after this step and stopping" if self.replica.is_chief
+                  else "stopping after this step")
+        with StopRequest(self.log, action) as stop:
+            while step < self.settings.max_steps and not stop.requested:
+                if self.graph.plan.stage_index_at(step) != stage_index:
+                    stage_index = self.graph.plan.stage_index_at(step)
+                    self.log(timestamped(describe_stage(self.graph, stage_index,
+                                                        self.settings.max_steps)))
+                try:
+                    step, ended = self._step(step, stage_index, cadences, result)
+                    if ended:
+                        break
+                    corrupt = self._maybe_log(step, cadences, result, corrupt)
+                    if cadences.checkpoint.check_and_mark(step, time.time()):
+                        result.checkpoint, saved_step = self._save(step), step
+                except _Diverged as diverged:
+                    step = saved_step = self._recover(diverged, result)
+                    cadences.restart(step, time.time())
+            result.step = step
+            if step != saved_step and self.replica.is_chief:
+                try:
+                    result.checkpoint = self._save(step)
+                except _Diverged as diverged:
+                    raise diverged.error(result.checkpoint) from None
+            result.stopped_by_signal = stop.signal_number
+        return result
+
+    def _step(self, step, stage_index, cadences, result):
+        """One step; returns (the step reached, whether the cluster ended training)."""
+        ops = self.graph.stages[stage_index]
+        want_summary = cadences.summary.due(step + 1, time.time())
+        fetches = {"train": ops.train_op, "losses": ops.tower_losses,
+                   "norms": ops.tower_gradient_norms}
+        if want_summary:
+            fetches["summary"] = ops.summary_op
+        try:
+            out, step = self.replica.run_step(self.session, fetches, step)
+        except PeerStopped as ended:
+            result.stopped_by_peer = ended.step < self.settings.max_steps
+            return ended.step, True
+        losses = [float(value) for value in out["losses"]]
+        norms = [float(value) for value in out["norms"]]
+        if not all(math.isfinite(value) for value in losses) or (
+                not self.graph.loss_scaled and not all(math.isfinite(v) for v in norms)):
+            self.writer.flush()
+            raise _Diverged(step, losses, norms)
+        result.last_mean_loss = float(np.mean(losses))
+        if want_summary:
+            cadences.summary.mark(step, time.time())
+            self.writer.add_summary(out["summary"], step)
+        return step, False
+
+    def _maybe_log(self, step, cadences, result, corrupt):
+        """The loss line when due; returns the damaged-record count reported so far."""
+        now = time.time()
+        if not (cadences.log.check_and_mark(step, now) or step == self.settings.max_steps):
+            return corrupt
+        steps_done = max(step - cadences.interval_step, 1)
+        elapsed = max(now - cadences.interval_start, 1e-9)
+        examples_per_sec = self.settings.batch_size * steps_done / elapsed
+        self.log(timestamped(f"step {step}, loss = {result.last_mean_loss:.4f} "
+                             f"({examples_per_sec:.1f} examples/sec; "
+                             f"{elapsed / steps_done:.3f} sec/batch)"))
+        self._scalar("examples_per_sec", examples_per_sec, step)
+        cadences.interval_start, cadences.interval_step = now, step
+        return _report_corrupt_records(self.session, self.graph, corrupt, self.log)
+
+    def _scalar(self, tag, value, step):
+        self.writer.add_summary(tf1.Summary(value=[tf1.Summary.Value(
+            tag=tag, simple_value=value)]), step)
+
+    def _save(self, step):
+        """Checks every variable, then writes the checkpoint of `step`; returns its path."""
+        self.replica.before_save(self.session)
+        bad = self.health.non_finite(self.session)
+        if bad:
+            raise _Diverged(step, variables=bad)
+        path = checkpoints.save_checkpoint(
+            self.saver, self.session, os.path.join(self.settings.train_dir, CHECKPOINT_BASENAME),
+            step, self.health.checkpoint_bytes)
+        self.saved_this_run = path
+        return path
+
+    def _recover(self, diverged, result):
+        """Stops (raising NonFiniteLossError) or rolls back; returns the step rolled back to."""
+        settings = self.settings
+        if settings.on_nan != "rollback" or self.rollbacks >= settings.max_nan_rollbacks:
+            if settings.on_nan == "rollback":
+                self.log(f"{self.rollbacks} rollback(s) already (--max_nan_rollbacks="
+                         f"{settings.max_nan_rollbacks}); stopping.")
+            raise diverged.error(result.checkpoint) from None
+        self.rollbacks += 1
+        if self.saved_this_run:
+            self.saver.restore(self.session, self.saved_this_run)
+            target = self.saved_this_run
+        else:
+            self.restart(self.session)
+            target = result.checkpoint or "the weights this run started from"
+        step = int(self.session.run(self.graph.global_step))
+        self.log(timestamped(
+            f"{diverged}; rolled back to {target} (step {step}), skipping the "
+            f"{diverged.step - step} batch(es) since (rollback {self.rollbacks} of at most "
+            f"{settings.max_nan_rollbacks})."))
+        self._scalar("nan_rollbacks", self.rollbacks, diverged.step)
+        self.writer.flush()
+        return step
+
+
+class _Cadences:
+    """When to log, summarize and checkpoint, and where the current log interval began."""
+
+    def __init__(self, settings, step, now):
+        self.settings = settings
+        self.log = Cadence(settings.log_every_n_steps, start_step=step, start_time=now)
+        self.summary = Cadence(settings.save_summaries_steps, settings.save_summaries_secs,
+                               start_step=step - settings.save_summaries_steps, start_time=now)
+        self.checkpoint = Cadence(settings.save_checkpoint_steps, settings.save_interval_secs,
+                                  start_step=step, start_time=now)
+        self.interval_start, self.interval_step = now, step
+
+    def restart(self, step, now):
+        """After a rollback: count again from `step`."""
+        self.checkpoint.mark(step, now)
+        self.log.mark(step, now)
+        self.interval_start, self.interval_step = now, step
 
 
 def _report_corrupt_records(session, graph, reported, log):
@@ -347,10 +509,3 @@ def describe_stage(graph, index, end_step):
     return (f"stage '{ops.stage.name}' ({index + 1} of {len(plan.stages)}): steps {start}-{end}, "
             f"training {len(ops.variables)} variables ({scopes}; {terms}; "
             f"{ops.stage.optimizer})")
-
-
-def _save(session, saver, train_dir, step):
-    # Saver writes data and index under temporary names and renames them, then rewrites the
-    # `checkpoint` state file atomically: an interrupted save never leaves a torn checkpoint.
-    return saver.save(session, os.path.join(train_dir, CHECKPOINT_BASENAME), global_step=step,
-                      write_meta_graph=False)

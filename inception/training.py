@@ -6,9 +6,9 @@ in a directory with checkpoints, the stored model settings win over defaults, an
 option that contradicts them is an error.
 """
 
+import contextlib
 import dataclasses
 import functools
-import os
 
 import tensorflow as tf
 
@@ -19,53 +19,13 @@ from inception import distributed
 from inception import input_pipeline
 from inception import loss_scaling
 from inception import model
+from inception import run_lock
 from inception import stages
 from inception import train_graph
 from inception import train_loop
 from inception.compat import tf_slim as slim
+from inception.options import TrainOptions  # noqa: F401  (callers build runs from it)
 from inception.train_loop import timestamped
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainOptions:
-    """Everything a training run takes. None means "the data set's default".
-
-    cluster: a worker task of a cluster (distributed.ClusterSettings); None: this machine alone.
-    """
-    train_dir: str
-    data_dir: str = ""
-    dataset: str = ""
-    num_classes: int = None
-    subset: str = "train"
-    num_towers: int = None
-    virtual_gpu_memory_mb: int = 0
-    batch_size: int = None
-    max_steps: int = None
-    image_size: int = None
-    depth_multiplier: float = None
-    initial_learning_rate: float = None
-    num_epochs_per_decay: float = None
-    learning_rate_decay_factor: float = 0.16
-    seed: int = None
-    precision: str = "fp32"
-    variable_device: str = "auto"
-    xla: bool = False
-    strict_input: bool = False
-    histograms: bool = False
-    log_every_n_steps: int = 10
-    save_summaries_steps: int = 20
-    save_summaries_secs: float = 0
-    save_checkpoint_steps: int = 1000
-    save_interval_secs: float = 600
-    intra_op_threads: int = 0
-    inter_op_threads: int = 0
-    trainable_scopes: tuple = ()
-    stages: str = ""
-    training_plan: str = ""
-    pretrained_model_checkpoint_path: str = ""
-    fine_tune: bool = False
-    checkpoint_exclude_scopes: tuple = ()
-    cluster: distributed.ClusterSettings = None
 
 
 def _pick(value, default):
@@ -90,11 +50,8 @@ def resolve_model_settings(options, dataset, stored):
 
 
 def resolve_plan(options):
-    """The TrainingPlan from --trainable_scopes, --stages or --training_plan (at most one)."""
-    given = [name for name in ("trainable_scopes", "stages", "training_plan")
-             if getattr(options, name)]
-    if len(given) > 1:
-        raise stages.PlanError(f"pass only one of --{' / --'.join(given)}.")
+    """The TrainingPlan from --trainable_scopes, --stages or --training_plan (at most one:
+    options.py checks)."""
     if options.training_plan:
         return stages.load_plan(options.training_plan)
     if options.stages:
@@ -113,9 +70,6 @@ def input_seed(options):
 def pretrained_initializer_factory(options, log):
     """make_initializer for train_loop: restore --pretrained_model_checkpoint_path, or None."""
     if not options.pretrained_model_checkpoint_path:
-        if options.fine_tune or options.checkpoint_exclude_scopes:
-            raise ValueError("--fine_tune and --checkpoint_exclude_scopes need "
-                             "--pretrained_model_checkpoint_path.")
         return None
     excluded = tuple(options.checkpoint_exclude_scopes)
     if options.fine_tune:
@@ -154,6 +108,9 @@ def resolve_run(options, log=print):
     has_checkpoint = checkpoints.latest_checkpoint(options.train_dir) is not None
     stored = checkpoints.read_stored_run(options.train_dir) if has_checkpoint else None
     data_dir = options.data_dir or (stored.data_dir if stored else "")
+    if stored and options.data_dir and stored.data_dir and options.data_dir != stored.data_dir:
+        log(f"note: the data directory changed since the last checkpoint: {stored.data_dir} -> "
+            f"{options.data_dir}")
     dataset_name = options.dataset or (stored.settings.dataset if stored and not options.data_dir
                                        else "")
     dataset = datasets.resolve_dataset(dataset_name, data_dir, options.num_classes, log=log)
@@ -185,10 +142,9 @@ def resolve_run(options, log=print):
 
 
 def check_cluster_options(options, plan):
-    """What distributed training does not support, as clear errors."""
-    if options.precision == "fp16":
-        raise ValueError("--precision=fp16 (loss scaling) is not available for distributed "
-                         "training; use fp32.")
+    """What distributed training does not support, as clear errors (the plan's stages are known
+    only once the plan is read; options.py checks the rest)."""
+    del options
     if len(plan.stages) > 1:
         raise stages.PlanError("distributed training runs one-stage plans only (--trainable_scopes "
                                "works); run each stage as its own run, one after the other.")
@@ -240,29 +196,41 @@ def graph_builder(options, run, replica):
 
 
 def loop_settings(options, run):
-    """The loop's cadences and limits."""
+    """The loop's cadences, limits and what a divergence does."""
     return train_loop.LoopSettings(
         train_dir=options.train_dir, max_steps=run.max_steps, batch_size=run.batch_size,
         log_every_n_steps=options.log_every_n_steps,
         save_summaries_steps=options.save_summaries_steps,
         save_summaries_secs=options.save_summaries_secs,
         save_checkpoint_steps=options.save_checkpoint_steps,
-        save_interval_secs=options.save_interval_secs)
+        save_interval_secs=options.save_interval_secs,
+        keep_checkpoints=options.keep_checkpoints,
+        keep_checkpoint_every_n_hours=options.keep_checkpoint_every_n_hours,
+        on_nan=options.on_nan, max_nan_rollbacks=options.max_nan_rollbacks)
 
 
 def train(options, log=print, on_stuck=None):
     """Runs training as `options` say; returns train_loop.TrainResult.
 
+    Checks the options first (nothing is written for a bad one), then holds the lock of
+    `train_dir` for the whole run (run_lock.py; on a cluster the chief alone).
+
     on_stuck: on a cluster, callable(message) for a TensorFlow call that outlives its own
     timeout (see distributed.ClusterWorker); the entry point ends the process.
 
-    Raises ValueError subclasses (DataError, PlacementError, CheckpointError) with a message
-    that says what to do, and train_loop.NonFiniteLossError when a tower's loss diverges; on a
-    cluster also distributed.ClusterError (a task lost or late) and DivergedError.
+    Raises ValueError subclasses (OptionsError, RunLockError, DataError, PlacementError,
+    CheckpointError) with a message that says what to do, and train_loop.NonFiniteLossError
+    when training diverges; on a cluster also distributed.ClusterError (a task lost or late)
+    and DivergedError.
     """
-    run = resolve_run(options, log)
+    options.validate()
+    chief = options.cluster is None or options.cluster.is_chief
+    with run_lock.exclusive_run(options.train_dir) if chief else contextlib.nullcontext():
+        return _train_resolved(options, resolve_run(options, log), log, on_stuck)
+
+
+def _train_resolved(options, run, log, on_stuck):
     if options.cluster is None or options.cluster.is_chief:
-        os.makedirs(options.train_dir, exist_ok=True)
         checkpoints.write_stored_run(options.train_dir,
                                      checkpoints.StoredRun(run.settings, run.dataset.data_dir))
     log(timestamped(describe_run(options, run)))
@@ -279,6 +247,9 @@ def train(options, log=print, on_stuck=None):
                                        loop_settings(options, run), run.make_initializer,
                                        log=log, replica=replica)
     except tf.errors.OpError as error:
+        input_error = input_pipeline.explain(error)
+        if input_error is not None:
+            raise input_error from None
         if replica is None:
             raise
         raise replica.explain(error, "while training") from None

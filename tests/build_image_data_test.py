@@ -231,6 +231,9 @@ class LabelsAndSkippedImagesTest(unittest.TestCase):
                          ["notes.txt", "truncated.jpg"])
         self.assertIn("skipped 2 image(s) that could not be decoded:", lines)
         self.assertTrue(any(os.path.join(daisy, "truncated.jpg") in line for line in lines))
+        self.assertIn(f"  {os.path.join(daisy, 'notes.txt')}: not an image file (no image format "
+                      "recognizes it)", lines)
+        self.assertFalse(any("BytesIO" in line for line in lines), lines)
         examples = read_examples(tfrecord_format.list_shards(output_dir, "train"))
         self.assertEqual(len(examples), 8)
 

@@ -1,6 +1,7 @@
 """Evaluation: metrics against a hand computation, the checkpoint watch, bad input."""
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -163,6 +164,25 @@ class WatchTest(unittest.TestCase):
         self.assertEqual(count, 0)
         self.assertTrue(any("no new checkpoint" in line for line in lines))
 
+    def test_a_checkpoint_that_fails_to_restore_is_skipped_and_the_watch_goes_on(self):
+        directory = testing_utils.temp_dir("watch_damaged")
+        prefixes = [os.path.join(directory, f"model.ckpt-{step}") for step in (1, 2)]
+        for prefix in prefixes:
+            open(prefix + ".index", "w").close()
+        tf1.train.update_checkpoint_state(directory, prefixes[1], prefixes)
+        evaluated, lines = [], []
+
+        def evaluate(path):
+            if path == prefixes[0]:
+                raise checkpoints.CheckpointError(f"checkpoint {path} cannot be restored")
+            evaluated.append(path)
+
+        count = evaluator.watch_checkpoints(directory, evaluate, interval_secs=0.01,
+                                            timeout_secs=0.05, log=lines.append)
+        self.assertEqual((count, evaluated), (1, [prefixes[1]]))
+        self.assertIn(f"skipping {prefixes[0]}: checkpoint {prefixes[0]} cannot be restored",
+                      lines)
+
     def test_checkpoint_deleted_before_evaluation_is_skipped(self):
         directory = testing_utils.temp_dir("watch_deleted")
         prefixes = [os.path.join(directory, f"model.ckpt-{step}") for step in (1, 2)]
@@ -249,6 +269,25 @@ class EvaluationJobTest(unittest.TestCase):
         with self.assertRaisesRegex(checkpoints.CheckpointError, "no checkpoint in .* yet"):
             evaluation.run_evaluation(evaluation.EvalOptions(checkpoint_dir=empty, run_once=True),
                                       log=lambda line: None)
+
+    def test_a_damaged_checkpoint_is_named_in_one_line(self):
+        damaged = testing_utils.temp_dir("damaged_eval")
+        for name in os.listdir(self.train_dir):
+            path = os.path.join(self.train_dir, name)
+            if os.path.isfile(path):
+                shutil.copy(path, damaged)
+        tf1.train.update_checkpoint_state(damaged, os.path.join(damaged, "model.ckpt-2"))
+        data = os.path.join(damaged, "model.ckpt-2.data-00000-of-00001")
+        with open(data, "r+b") as handle:
+            handle.truncate(os.path.getsize(data) // 2)
+        with self.assertRaises(checkpoints.CheckpointError) as caught:
+            evaluation.run_evaluation(evaluation.EvalOptions(checkpoint_dir=damaged,
+                                                             run_once=True),
+                                      log=lambda line: None)
+        message = str(caught.exception)
+        self.assertIn(f"checkpoint {damaged}/model.ckpt-2 cannot be restored, it is damaged (",
+                      message)
+        self.assertEqual(len(message.splitlines()), 1)
 
     def test_not_a_training_directory(self):
         with self.assertRaisesRegex(checkpoints.CheckpointError, "does not exist"):

@@ -94,6 +94,12 @@ class ShardsTest(unittest.TestCase):
         garbage = record(b"this is not an image at all", 1, "garbage.jpg")
         cls.shards = [write_shard(cls.directory, good[:3] + [truncated], index=0, total=2),
                       write_shard(cls.directory, [garbage] + good[3:], index=1, total=2)]
+        # Starts and ends like a JPEG, so the completeness check passes; the decoder fails.
+        cls.undecodable_bytes = (b"\xff\xd8\xff\xe0" + np.random.RandomState(7).bytes(500)
+                                 + b"\xff\xd9")
+        cls.with_undecodable = cls.shards + [write_shard(
+            testing_utils.temp_dir("undecodable"),
+            [good[0], record(cls.undecodable_bytes, 2, "undecodable.jpg"), good[1]])]
 
     def test_damaged_records_are_skipped_and_counted(self):
         with tf.Graph().as_default():
@@ -105,6 +111,15 @@ class ShardsTest(unittest.TestCase):
         self.assertEqual(images.shape, (6, SIZE, SIZE, 3))
         self.assertGreaterEqual(images.min(), -1.0)
         self.assertLessEqual(images.max(), 1.0)
+
+    def test_a_jpeg_that_looks_complete_but_does_not_decode_is_counted_too(self):
+        with tf.Graph().as_default():
+            self.assertTrue(tf1.Session().run(
+                image_processing.is_complete_jpeg(tf.constant(self.undecodable_bytes))))
+            batch = input_pipeline.build_eval_input(self.with_undecodable, 4, SIZE, NUM_CLASSES)
+            _, labels, corrupt = read_all(batch)
+        self.assertEqual(len(labels), 8)
+        self.assertEqual(corrupt, 3)
 
     def test_training_survives_damaged_records(self):
         with tf.Graph().as_default():

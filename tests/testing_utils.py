@@ -249,3 +249,22 @@ def save_initial_weights(devices, config, settings=TINY_INCEPTION):
         with tf1.Session(config=config) as session:
             session.run(tf1.global_variables_initializer())
             return saver.save(session, os.path.join(temp_dir("weights"), "initial"))
+
+
+def train_small_model(train_dir, max_steps, save_checkpoint_steps=2, log=None, **loop_settings):
+    """Trains the small conv model on 2 virtual CPU towers with the real loop; returns its
+    TrainResult (checkpoints every `save_checkpoint_steps` steps, no summaries)."""
+    from inception import train_loop  # pylint: disable=import-outside-toplevel
+
+    def build():
+        optimization = train_graph.OptimizationSettings(batch_size=8, examples_per_epoch=64,
+                                                        initial_learning_rate=0.01)
+        return train_graph.build_train_graph(synthetic_input(8),
+                                             lambda decay: small_conv_model_fn(), optimization,
+                                             ["/cpu:0", "/cpu:1"])
+    settings = train_loop.LoopSettings(train_dir=train_dir, max_steps=max_steps, batch_size=8,
+                                       save_summaries_steps=0,
+                                       save_checkpoint_steps=save_checkpoint_steps,
+                                       **loop_settings)
+    return train_loop.run_training(build, cpu_session_config(2), settings,
+                                   log=log or (lambda line: None))

@@ -3,17 +3,16 @@
 import os
 import signal
 import threading
-import time
 import unittest
 
 import numpy as np
 import tensorflow as tf
 
 from inception import checkpoints
+from inception import input_pipeline
 from inception import train_graph
 from inception import train_loop
 from inception.cadence import Cadence
-from inception.stop_request import StopRequest
 from tests import testing_utils
 
 tf1 = tf.compat.v1
@@ -21,8 +20,11 @@ BATCH = 8
 NUM_TOWERS = 2
 
 
-def small_model_factory(nan_tower=None, nan_from_step=None):
-    """make_model_fn(bn_decay) for train_graph; optionally NaN in one tower from a step on."""
+def small_model_factory(nan_tower=None, nan_from_step=None, nan_gradient_from_step=None,
+                        inf_statistic_at_step=None):
+    """make_model_fn(bn_decay) for train_graph. Faults on demand, from a global step on: a NaN
+    loss in one tower; a finite loss whose gradient is NaN (tower 0: the update poisons the
+    weights while the loss still looks fine); a non-trainable statistic set to Inf."""
     base = testing_utils.small_conv_model_fn()
 
     def make_model_fn(bn_decay):
@@ -31,22 +33,68 @@ def small_model_factory(nan_tower=None, nan_from_step=None):
         def model_fn(images, labels):
             terms = base(images, labels)
             scope = tf1.get_default_graph().get_name_scope()
+            step = tf1.train.get_global_step()
             if nan_tower is not None and scope.startswith(f"tower_{nan_tower}"):
-                step = tf1.train.get_global_step()
                 poisoned = tf.where(step + 1 >= nan_from_step, np.float32("nan"), 0.0)
                 terms = {name: value + poisoned for name, value in terms.items()}
+            if nan_gradient_from_step is not None and scope.startswith("tower_0"):
+                terms = {name: _nan_gradient(value, step + 1 >= nan_gradient_from_step)
+                         for name, value in terms.items()}
+            if inf_statistic_at_step is not None:
+                _inf_statistic(step + 1 >= inf_statistic_at_step)
             return terms
         return model_fn
     return make_model_fn
 
 
-def build_graph_fn(**factory_args):
+def _nan_gradient(value, when):
+    """`value` itself, whose gradient is NaN while `when` holds."""
+    @tf.custom_gradient
+    def identity(x):
+        return tf.identity(x), lambda dy: tf.where(when, np.float32("nan"), dy)
+    return identity(value)
+
+
+def _inf_statistic(when):
+    """A non-trainable variable (like a batch-norm statistic) that becomes Inf when `when`;
+    its update runs with tower 0's step, as batch norm's do."""
+    with tf1.variable_scope(tf1.get_variable_scope(), reuse=tf1.AUTO_REUSE):
+        statistic = tf1.get_variable("net/statistic", [], initializer=tf1.zeros_initializer(),
+                                     trainable=False)
+    if tf1.get_default_graph().get_name_scope().startswith("tower_0"):
+        tf1.add_to_collection(tf1.GraphKeys.UPDATE_OPS, statistic.assign(
+            tf.where(when, np.float32("inf"), 0.0)))
+
+
+def poisoned_batches(first, last=None):
+    """An InputBatch of the small model's batches, the `first`..`last` (1-based, inclusive;
+    None: every later one) made of NaN: faults tied to the data, not to the step."""
+    images, labels = testing_utils.random_batch(64)
+    def batch(index):
+        rows = (index * BATCH + tf.range(BATCH, dtype=tf.int64)) % 64
+        return tf.gather(images, rows), tf.gather(labels, rows), index + 1
+    dataset = tf.data.Dataset.range(10**6).map(batch)
+
+    def poison(batch_images, batch_labels, number):
+        bad = number >= first if last is None else (number >= first) & (number <= last)
+        return (tf.where(bad, batch_images * np.float32("nan"), batch_images), batch_labels)
+    dataset = dataset.map(poison)
+    iterator = tf1.data.make_initializable_iterator(dataset)
+    image_batch, label_batch = iterator.get_next()
+    image_batch.set_shape([BATCH, 8, 8, 3])
+    label_batch.set_shape([BATCH])
+    return input_pipeline.InputBatch(
+        images=image_batch, labels=label_batch, corrupt_records=tf.constant(0, tf.int64),
+        initializer=iterator.initializer)
+
+
+def build_graph_fn(input_fn=None, **factory_args):
     def build():
         optimization = train_graph.OptimizationSettings(batch_size=BATCH, examples_per_epoch=64,
                                                         initial_learning_rate=0.01)
         return train_graph.build_train_graph(
-            testing_utils.synthetic_input(BATCH), small_model_factory(**factory_args),
-            optimization,
+            (input_fn or testing_utils.synthetic_input)(BATCH),
+            small_model_factory(**factory_args), optimization,
             [f"/cpu:{i}" for i in range(NUM_TOWERS)])
     return build
 
@@ -59,11 +107,20 @@ def loop_settings(train_dir, max_steps, **overrides):
     return train_loop.LoopSettings(**values)
 
 
-def run(train_dir, max_steps, log=None, **factory_args):
-    return train_loop.run_training(build_graph_fn(**factory_args),
+def run(train_dir, max_steps, log=None, settings=None, input_fn=None, **factory_args):
+    return train_loop.run_training(build_graph_fn(input_fn, **factory_args),
                                    testing_utils.cpu_session_config(NUM_TOWERS),
-                                   loop_settings(train_dir, max_steps),
+                                   loop_settings(train_dir, max_steps, **(settings or {})),
                                    log=log if log is not None else (lambda line: None))
+
+
+def assert_finite_checkpoint(test, path):
+    """Every float tensor of the checkpoint at `path` is finite."""
+    reader = tf.train.load_checkpoint(path)
+    for name in reader.get_variable_to_shape_map():
+        value = reader.get_tensor(name)
+        if np.issubdtype(np.asarray(value).dtype, np.floating):
+            test.assertTrue(np.all(np.isfinite(value)), name)
 
 
 def train_steps(variable_device, steps=3):
@@ -82,24 +139,6 @@ def train_steps(variable_device, steps=3):
                 session.run(built.stages[0].train_op)
             values = {v.op.name: session.run(v) for v in tf1.global_variables()}
     return devices, values
-
-
-class StopRequestTest(unittest.TestCase):
-
-    def test_the_handler_only_records_and_the_next_check_logs_once(self):
-        # Logging inside the handler could interrupt a print of the main code ("reentrant
-        # call inside <stdout>", seen in the eval watch test).
-        lines = []
-        previous = signal.getsignal(signal.SIGTERM)
-        with StopRequest(lines.append, "stopping") as stop:
-            os.kill(os.getpid(), signal.SIGTERM)
-            time.sleep(0.05)  # the handler runs in the main thread between bytecodes
-            self.assertEqual(stop.signal_number, signal.SIGTERM)
-            self.assertEqual(lines, [])
-            self.assertTrue(stop.requested)
-            self.assertTrue(stop.requested)
-        self.assertEqual(lines, ["SIGTERM received: stopping (send it again to stop at once)."])
-        self.assertIs(signal.getsignal(signal.SIGTERM), previous)
 
 
 class VariableDeviceTest(unittest.TestCase):
@@ -132,12 +171,47 @@ class NanCheckTest(unittest.TestCase):
         latest = checkpoints.latest_checkpoint(train_dir)
         self.assertEqual(latest, os.path.join(train_dir, "model.ckpt-5"))
         self.assertIn("model.ckpt-5", str(error))
+        assert_finite_checkpoint(self, latest)
         reader = tf.train.load_checkpoint(latest)
-        for name in reader.get_variable_to_shape_map():
-            value = reader.get_tensor(name)
-            if np.issubdtype(np.asarray(value).dtype, np.floating):
-                self.assertTrue(np.all(np.isfinite(value)), name)
         self.assertEqual(int(reader.get_tensor("global_step")), 5)
+
+    def test_the_update_that_poisons_the_weights_is_caught_before_its_checkpoint(self):
+        # Step 10's loss is still finite, but its update writes NaN into the weights, and a
+        # checkpoint is due at step 10: the step is caught there, not at step 11, and no
+        # checkpoint holds the poison.
+        train_dir = testing_utils.temp_dir("nan_update")
+        with self.assertRaises(train_loop.NonFiniteLossError) as caught:
+            run(train_dir, 20, nan_gradient_from_step=10)
+        error = caught.exception
+        self.assertEqual(error.step, 10)
+        self.assertEqual(error.bad_towers, [0])
+        self.assertIn("the update of step 10 is not finite in tower_0", str(error))
+        self.assertIn("the last good checkpoint is " + os.path.join(train_dir, "model.ckpt-5"),
+                      str(error))
+        self.assertEqual(checkpoints.latest_checkpoint(train_dir),
+                         os.path.join(train_dir, "model.ckpt-5"))
+        self.assertFalse(os.path.exists(os.path.join(train_dir, "model.ckpt-10.index")))
+        assert_finite_checkpoint(self, checkpoints.latest_checkpoint(train_dir))
+        # A rerun without the fault (a sane learning rate) continues from the good checkpoint.
+        lines = []
+        resumed = run(train_dir, 12, log=lines.append)
+        self.assertEqual(resumed.step, 12)
+        self.assertTrue(any("resumed from" in line and "(step 5)" in line for line in lines))
+        assert_finite_checkpoint(self, resumed.checkpoint)
+
+    def test_a_checkpoint_is_never_written_with_non_finite_variables(self):
+        # Losses and gradients stay finite; a statistic outside the gradients turns Inf. The
+        # check before the save refuses it, on the periodic and on the final save alike.
+        for max_steps, statistic_step in ((20, 7), (3, 2)):
+            with self.subTest(max_steps=max_steps):
+                train_dir = testing_utils.temp_dir("inf_statistic")
+                with self.assertRaises(train_loop.NonFiniteLossError) as caught:
+                    run(train_dir, max_steps, inf_statistic_at_step=statistic_step)
+                saved_at = 10 if max_steps == 20 else 3
+                self.assertIn(f"not finite at step {saved_at} (e.g. net/statistic)",
+                              str(caught.exception))
+                for path in checkpoints.all_checkpoints(train_dir):
+                    assert_finite_checkpoint(self, path)
 
     def test_nan_in_the_last_tower_is_caught_too(self):
         train_dir = testing_utils.temp_dir("nan_last")
@@ -161,6 +235,89 @@ class NanCheckTest(unittest.TestCase):
         self.assertAlmostEqual(step3["mean_loss"], float(np.mean(towers)), places=5)
         self.assertAlmostEqual(result.last_mean_loss, step3["mean_loss"], places=5)
         self.assertNotAlmostEqual(towers[0], towers[1], places=4)
+
+
+class RollbackTest(unittest.TestCase):
+
+    def test_a_rollback_restores_the_last_checkpoint_and_continues(self):
+        train_dir = testing_utils.temp_dir("rollback")
+        lines = []
+        result = run(train_dir, 12, log=lines.append, settings={"on_nan": "rollback"},
+                     input_fn=lambda batch: poisoned_batches(7, 7))
+        self.assertEqual(result.step, 12)
+        rolled = [line for line in lines if "rolled back" in line]
+        self.assertEqual(len(rolled), 1, lines)
+        # (oneDNN's ReLU turns NaN into 0, so the loss of a NaN batch can look fine; the
+        # gradients cannot.)
+        self.assertRegex(rolled[0], r"(loss is not finite at step 7|the update of step 7 is "
+                                    r"not finite) in tower_0, tower_1")
+        self.assertIn(f"rolled back to {os.path.join(train_dir, 'model.ckpt-5')} (step 5), "
+                      "skipping the 2 batch(es) since (rollback 1 of at most 3)", rolled[0])
+        scalars = testing_utils.read_scalars(train_dir)
+        self.assertEqual(scalars["nan_rollbacks"], [(7, 1.0)])
+        assert_finite_checkpoint(self, result.checkpoint)
+        self.assertEqual(int(tf.train.load_checkpoint(result.checkpoint).get_tensor(
+            "global_step")), 12)
+
+    def test_rollbacks_give_up_after_the_limit(self):
+        train_dir = testing_utils.temp_dir("rollback_limit")
+        lines = []
+        with self.assertRaises(train_loop.NonFiniteLossError) as caught:
+            run(train_dir, 40, log=lines.append,
+                settings={"on_nan": "rollback", "max_nan_rollbacks": 2},
+                input_fn=lambda batch: poisoned_batches(7))
+        self.assertEqual(len([line for line in lines if "rolled back" in line]), 2)
+        self.assertTrue(any("2 rollback(s) already (--max_nan_rollbacks=2); stopping." in line
+                            for line in lines))
+        self.assertIn("the last good checkpoint is " + os.path.join(train_dir, "model.ckpt-5"),
+                      str(caught.exception))
+        assert_finite_checkpoint(self, checkpoints.latest_checkpoint(train_dir))
+
+    def test_before_any_checkpoint_a_rollback_restarts_from_the_initial_weights(self):
+        train_dir = testing_utils.temp_dir("rollback_start")
+        lines = []
+        result = run(train_dir, 6, log=lines.append,
+                     settings={"on_nan": "rollback", "save_checkpoint_steps": 0},
+                     input_fn=lambda batch: poisoned_batches(2, 2))
+        self.assertEqual(result.step, 6)
+        self.assertTrue(any("rolled back to the weights this run started from (step 0)" in line
+                            for line in lines), lines)
+
+
+class SaveFailureTest(unittest.TestCase):
+
+    def test_a_failed_save_leaves_nothing_and_keeps_the_previous_checkpoint(self):
+        train_dir = testing_utils.temp_dir("full_disk")
+        run(train_dir, 5)
+        original_save = tf1.train.Saver.save
+
+        def save_on_a_full_disk(saver, session, save_path, global_step=None, **kwargs):
+            del saver, session, kwargs
+            partial = f"{save_path}-{global_step}.data-00000-of-00001.tempstate1234"
+            with open(partial, "wb") as handle:
+                handle.write(b"\0" * 1000)  # what a save cut short leaves behind
+            raise tf.errors.ResourceExhaustedError(
+                None, None, f"{partial}; No space left on device\nHint: unrelated OOM advice")
+
+        tf1.train.Saver.save = save_on_a_full_disk
+        try:
+            with self.assertRaises(checkpoints.CheckpointWriteError) as caught:
+                run(train_dir, 8)
+        finally:
+            tf1.train.Saver.save = original_save
+        message = str(caught.exception)
+        self.assertIn(f"could not save checkpoint {train_dir}/model.ckpt-8 in {train_dir}",
+                      message)
+        self.assertIn("No space left on device", message)
+        self.assertNotIn("Hint", message)
+        self.assertRegex(message, r"needs about [\d,.]+ [KMG]B \([\d,.]+ [KMG]B free\)")
+        self.assertIn("the newest checkpoint is still " + os.path.join(train_dir, "model.ckpt-5"),
+                      message)
+        self.assertEqual(checkpoints.latest_checkpoint(train_dir),
+                         os.path.join(train_dir, "model.ckpt-5"))
+        self.assertEqual([name for name in os.listdir(train_dir) if "tempstate" in name], [])
+        resumed = run(train_dir, 8)  # space again: the rerun resumes from step 5
+        self.assertEqual(resumed.step, 8)
 
 
 class ResumeTest(unittest.TestCase):

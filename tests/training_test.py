@@ -15,6 +15,7 @@ from data import tfrecord_format
 from inception import checkpoints
 from inception import datasets
 from inception import devices
+from inception import options
 from inception import training
 from tests import testing_utils
 
@@ -72,19 +73,25 @@ class ShortRunTest(unittest.TestCase):
         self.assertEqual(int(reader.get_tensor("global_step")), 5)
 
 
+def shards_with_a_damaged_record():
+    """A data directory of 7 demo records and one cut short, named broken.jpg."""
+    data_dir = testing_utils.temp_dir("damaged")
+    records = [demo_data.make_record("train", index) for index in range(8)]
+    damaged = dataclasses.replace(records[0], encoded_jpeg=records[0].encoded_jpeg[:400],
+                                  filename="broken.jpg")
+    path = os.path.join(data_dir, tfrecord_format.shard_name("train", 0, 1))
+    with tf.io.TFRecordWriter(path) as writer:
+        for record in records[1:] + [damaged]:
+            writer.write(tfrecord_format.make_example(record).SerializeToString())
+    tfrecord_format.write_labels_file(os.path.join(data_dir, "labels.txt"),
+                                      demo_data.CLASS_NAMES)
+    return data_dir
+
+
 class DamagedRecordsTest(unittest.TestCase):
 
     def test_damaged_records_are_skipped_named_and_counted_in_the_log(self):
-        data_dir = testing_utils.temp_dir("damaged")
-        records = [demo_data.make_record("train", index) for index in range(8)]
-        damaged = dataclasses.replace(records[0], encoded_jpeg=records[0].encoded_jpeg[:400],
-                                      filename="broken.jpg")
-        path = os.path.join(data_dir, tfrecord_format.shard_name("train", 0, 1))
-        with tf.io.TFRecordWriter(path) as writer:
-            for record in records[1:] + [damaged]:
-                writer.write(tfrecord_format.make_example(record).SerializeToString())
-        tfrecord_format.write_labels_file(os.path.join(data_dir, "labels.txt"),
-                                          demo_data.CLASS_NAMES)
+        data_dir = shards_with_a_damaged_record()
         lines = []
         train_dir = testing_utils.temp_dir("damaged_run")
         training.train(tiny_options(train_dir, data_dir=data_dir, dataset="", max_steps=4),
@@ -107,12 +114,12 @@ class BadInputTest(unittest.TestCase):
     def test_batch_size_not_divisible_by_towers(self):
         self.assert_fails_without_writing(
             tiny_options(testing_utils.temp_dir("bad"), batch_size=5), ValueError,
-            "--batch_size=5 does not split evenly over 2 towers")
+            "--batch_size=5 does not split evenly over --num_gpus=2 towers")
 
     def test_missing_data_dir(self):
         self.assert_fails_without_writing(
             tiny_options(testing_utils.temp_dir("bad"), data_dir="/nonexistent/shards",
-                         dataset=""), datasets.DataError, "does not exist")
+                         dataset=""), options.OptionsError, "does not exist")
 
     def test_data_dir_without_shards(self):
         empty = testing_utils.temp_dir("empty_data")
@@ -173,6 +180,14 @@ class CommandLineTest(unittest.TestCase):
 
     def test_unknown_flag(self):
         self.assert_one_line_error(self.run_train("--no_such_flag=1"), "no_such_flag")
+
+    def test_strict_input_stops_with_one_line_naming_the_file(self):
+        result = self.run_train(f"--train_dir={testing_utils.temp_dir('strict')}",
+                                f"--data_dir={shards_with_a_damaged_record()}", "--strict_input",
+                                "--image_size=75", "--depth_multiplier=0.1", "--batch_size=2",
+                                "--max_steps=20")
+        self.assert_one_line_error(result, r'damaged or non-JPEG image "broken.jpg" in the input')
+        self.assertEqual(result.returncode, 1)
 
     def test_batch_not_divisible(self):
         train_dir = testing_utils.temp_dir("cli_bad")

@@ -1,0 +1,188 @@
+"""Which cluster a task belongs to: its job, index and every task's address.
+
+From the cluster flags (`--job_name --task_id --ps_hosts --worker_hosts`), or, when those are
+absent, from the `TF_CONFIG` environment variable that schedulers set (Kubeflow's TFJob,
+Vertex AI): `{"cluster": {"ps": [...], "worker": [...]}, "task": {"type": "worker",
+"index": 0}}`. Flags win; TF_CONFIG describing another task than a flag names is an error.
+Free of TensorFlow, so the entry point checks these flags before it loads TensorFlow.
+"""
+
+import dataclasses
+import json
+
+JOBS = ("ps", "worker")
+
+
+class ClusterConfigError(ValueError):
+    """The cluster flags do not describe a usable cluster; the message says what to change."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterSettings:
+    """One task of a cluster: its job and index and every task's `host:port`.
+
+    num_replicas_to_aggregate: gradients averaged into each synchronous update (None: one per
+      worker). With the default every update waits for, and averages, exactly one gradient of
+      every worker; with fewer, an update takes the first gradients to arrive (a fast worker
+      may supply several) and the late ones are dropped as stale.
+    """
+    job_name: str
+    task_id: int
+    ps_hosts: tuple
+    worker_hosts: tuple
+    num_replicas_to_aggregate: int = None
+    startup_timeout_secs: float = 600.0
+    step_timeout_secs: float = 600.0
+
+    @property
+    def num_workers(self):
+        """Number of worker tasks."""
+        return len(self.worker_hosts)
+
+    @property
+    def is_chief(self):
+        """True for worker task 0, which initializes the model and writes every file."""
+        return self.job_name == "worker" and self.task_id == 0
+
+    @property
+    def replicas_to_aggregate(self):
+        """Gradients per synchronous update."""
+        return self.num_replicas_to_aggregate or self.num_workers
+
+    @property
+    def address(self):
+        """This task's `host:port`."""
+        return self.hosts(self.job_name)[self.task_id]
+
+    def hosts(self, job_name):
+        """The `host:port` list of `job_name` ('ps' or 'worker')."""
+        return self.ps_hosts if job_name == "ps" else self.worker_hosts
+
+    def cluster_spec(self):
+        """The tf.compat.v1.train.ClusterSpec of the whole cluster."""
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        return tf.compat.v1.train.ClusterSpec({"ps": list(self.ps_hosts),
+                                               "worker": list(self.worker_hosts)})
+
+    def describe(self):
+        """One log line: who this task is in which cluster."""
+        role = " (chief)" if self.is_chief else ""
+        return (f"{self.job_name} task {self.task_id}{role} at {self.address}; cluster of "
+                f"{len(self.ps_hosts)} parameter server(s) and {self.num_workers} worker(s)")
+
+    def validate(self):
+        """Raises ClusterConfigError for a cluster that cannot work; returns self."""
+        if self.job_name not in JOBS:
+            raise ClusterConfigError(f"--job_name={self.job_name!r}: use ps or worker.")
+        for job in JOBS:
+            if not self.hosts(job):
+                raise ClusterConfigError(f"--{job}_hosts is empty; list every {job} task as "
+                                         "host:port, comma-separated.")
+            for address in self.hosts(job):
+                split_address(address)
+        everyone = self.ps_hosts + self.worker_hosts
+        duplicates = sorted({a for a in everyone if everyone.count(a) > 1})
+        if duplicates:
+            raise ClusterConfigError(f"{', '.join(duplicates)} appears more than once in "
+                                     "--ps_hosts/--worker_hosts; give every task its own port.")
+        count = len(self.hosts(self.job_name))
+        if not 0 <= self.task_id < count:
+            raise ClusterConfigError(f"--task_id={self.task_id} but --{self.job_name}_hosts "
+                                     f"lists {count} task(s); use 0 to {count - 1}.")
+        aggregate = self.num_replicas_to_aggregate
+        if aggregate is not None and not 1 <= aggregate <= self.num_workers:
+            raise ClusterConfigError(
+                f"--num_replicas_to_aggregate={aggregate} must be between 1 and the number of "
+                f"workers ({self.num_workers}): it is how many workers' gradients each update "
+                "averages. For more examples per update raise --batch_size.")
+        if self.startup_timeout_secs <= 0 or self.step_timeout_secs <= 0:
+            raise ClusterConfigError("--startup_timeout_secs and --step_timeout_secs must be "
+                                     "positive.")
+        return self
+
+
+def cluster_settings(job_name, task_id, ps_hosts, worker_hosts, num_replicas_to_aggregate=None,
+                     startup_timeout_secs=600.0, step_timeout_secs=600.0, tf_config=""):
+    """Validated ClusterSettings, or None when neither a cluster flag nor `tf_config` (the
+    TF_CONFIG environment variable's text) names a cluster: this machine alone.
+
+    `num_replicas_to_aggregate` of None, 0 or -1 (the original's default) means every worker.
+    """
+    ps_hosts, worker_hosts = tuple(ps_hosts or ()), tuple(worker_hosts or ())
+    from_env = parse_tf_config(tf_config) if tf_config.strip() else None
+    if from_env is not None:
+        check_against_flags(from_env, job_name, task_id, ps_hosts, worker_hosts)
+        if not job_name:
+            job_name, task_id = from_env.job_name, from_env.task_id
+        ps_hosts = ps_hosts or from_env.ps_hosts
+        worker_hosts = worker_hosts or from_env.worker_hosts
+    if not job_name:
+        if ps_hosts or worker_hosts:
+            raise ClusterConfigError("--ps_hosts/--worker_hosts need --job_name=ps or "
+                                     "--job_name=worker (and --task_id).")
+        return None
+    if num_replicas_to_aggregate is not None and num_replicas_to_aggregate <= 0:
+        num_replicas_to_aggregate = None
+    return ClusterSettings(job_name, task_id, ps_hosts, worker_hosts, num_replicas_to_aggregate,
+                           startup_timeout_secs, step_timeout_secs).validate()
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskFromEnvironment:
+    """The task and cluster TF_CONFIG describes, in this trainer's terms."""
+    job_name: str
+    task_id: int
+    ps_hosts: tuple
+    worker_hosts: tuple
+
+
+def parse_tf_config(text):
+    """TaskFromEnvironment from TF_CONFIG's JSON. A `chief` (or `master`) task becomes worker 0
+    and the workers follow it, as this trainer's chief is worker 0."""
+    try:
+        config = json.loads(text)
+        cluster, task = config.get("cluster", {}), config.get("task", {})
+        chief = list(cluster.get("chief", cluster.get("master", [])))
+        workers = tuple(chief + list(cluster.get("worker", [])))
+        ps_hosts = tuple(cluster.get("ps", []))
+        kind, index = task.get("type", ""), int(task.get("index", 0))
+    except (ValueError, AttributeError, TypeError) as error:
+        raise ClusterConfigError(f"TF_CONFIG is not the JSON schedulers write ({error}); fix or "
+                                 "unset it, or pass --job_name/--task_id/--ps_hosts/"
+                                 "--worker_hosts.") from None
+    if kind in ("chief", "master"):
+        kind = "worker"
+    elif kind == "worker":
+        index += len(chief)
+    elif kind != "ps":
+        raise ClusterConfigError(f"TF_CONFIG names a task of type {kind!r}; this trainer runs ps "
+                                 "and worker (or chief) tasks (evaluate with //inception:eval).")
+    if not ps_hosts:
+        raise ClusterConfigError("TF_CONFIG lists no ps tasks; this trainer keeps the variables "
+                                 "on parameter servers, so the cluster needs at least one.")
+    return TaskFromEnvironment(kind, index, ps_hosts, workers)
+
+
+def check_against_flags(task, job_name, task_id, ps_hosts, worker_hosts):
+    """Raises ClusterConfigError when a cluster flag contradicts TF_CONFIG (flags win, but a
+    task started with both should not silently be two different tasks)."""
+    clashes = []
+    if job_name and (job_name, task_id) != (task.job_name, task.task_id):
+        clashes.append(f"--job_name={job_name} --task_id={task_id} but TF_CONFIG says "
+                       f"{task.job_name} {task.task_id}")
+    for flag, given, listed in (("ps_hosts", ps_hosts, task.ps_hosts),
+                                ("worker_hosts", worker_hosts, task.worker_hosts)):
+        if given and tuple(given) != tuple(listed):
+            clashes.append(f"--{flag}={','.join(given)} but TF_CONFIG lists {','.join(listed)}")
+    if clashes:
+        raise ClusterConfigError("; ".join(clashes) + "; drop those flags or unset TF_CONFIG.")
+
+
+def split_address(address):
+    """(host, port) of a `host:port` task address; ClusterConfigError otherwise."""
+    host, separator, port = address.strip().rpartition(":")
+    if not separator or not host or not port.isdigit():
+        raise ClusterConfigError(f"task address {address!r} is not host:port.")
+    return host.strip("[]"), int(port)
+
+

@@ -1,0 +1,32 @@
+"""The one line of a TensorFlow error message that says what went wrong.
+
+TensorFlow wraps an op's failure in lines that say where ("Graph execution error:", "Detected
+at node ...", the op's creation stack, "[[{{node ...}}]]") and often prefixes the cause with the
+file it concerns ("<path>.tempstate123; No space left on device"). Free of TensorFlow.
+"""
+
+import re
+
+_WHERE = re.compile(r"^(Graph execution error|Detected at node|Node:|File \"|\[\[|Hint:|"
+                    r"\d+ root error\(s\) found|\d+ successful operations|"
+                    r"\d+ derived errors ignored|\s*$|\s+File |\s+\[\[)")
+_STATUS_PREFIX = re.compile(r"^\(\d+\) [A-Z_]+: ")  # "(0) INVALID_ARGUMENT: " of root errors
+# "Error in user-defined function passed to X transformation with iterator: A::B: " (tf.data)
+_DATASET_PREFIX = re.compile(r"^Error in user-defined function .*? with iterator: [\w:]+: ")
+_ASSERTION = re.compile(r"assertion failed: \[(.*)\]")
+_PATH_PREFIX = re.compile(r"^\S*/\S*; ")  # "<path>.tempstate123; No space left on device"
+
+
+def root_cause(message):
+    """The cause in a few words: the last line that does not say where, without tf.data's
+    prefix, an assertion's brackets or the file path in front of `path; cause`; the first
+    line when nothing better is found."""
+    lines = [line.strip() for line in str(message).splitlines()]
+    causes = [line for line in lines if line and not _WHERE.match(line)]
+    first_root = [line for line in causes if line.startswith("(0) ")]
+    cause = (first_root or causes[-1:] or lines[:1] or [""])[0]
+    cause = _DATASET_PREFIX.sub("", _STATUS_PREFIX.sub("", cause))
+    asserted = _ASSERTION.search(cause)
+    if asserted:
+        cause = asserted.group(1).replace('\\"', '"')
+    return _PATH_PREFIX.sub("", cause)

@@ -33,6 +33,7 @@ class TrainingDefaults:
     initial_learning_rate: float
     num_epochs_per_decay: float
     crop: CropSettings = CropSettings()
+    warmup_steps: int = 0
 
 
 FULL_SIZE_DEFAULTS = TrainingDefaults(image_size=299, depth_multiplier=1.0, max_steps=10_000_000,

@@ -16,6 +16,7 @@ DATASET_NAMES = ("demo", "imagenet", "flowers", "custom")
 PRECISIONS = ("fp32", "bf16", "fp16")
 VARIABLE_DEVICES = ("auto", "cpu", "gpu")
 ON_NAN = ("stop", "rollback")
+ON_DIVERGENCE = ("warn", "stop")
 
 
 class OptionsError(ValueError):
@@ -28,6 +29,8 @@ class TrainOptions:
 
     on_nan: what a non-finite loss or update does: stop, or roll back to the newest finite
       checkpoint and go on with the next batches, at most `max_nan_rollbacks` times per run.
+    on_divergence: what a smoothed loss far above its start does: warn (one line) or stop.
+    warmup_steps: steps of the linear learning-rate warm-up (None: the data set's default).
     keep_checkpoints: how many of the newest checkpoints stay; older ones are deleted, except
       one every `keep_checkpoint_every_n_hours` (0: none).
     cluster: a worker task of a cluster (cluster.ClusterSettings); None: this machine alone.
@@ -61,6 +64,8 @@ class TrainOptions:
     keep_checkpoint_every_n_hours: float = 0
     on_nan: str = "stop"
     max_nan_rollbacks: int = 3
+    on_divergence: str = "warn"
+    warmup_steps: int = None
     intra_op_threads: int = 0
     inter_op_threads: int = 0
     trainable_scopes: tuple = ()
@@ -124,7 +129,8 @@ def _check_counts(options):
     _at_least(options, ("max_steps", "virtual_gpu_memory_mb", "log_every_n_steps",
                         "save_summaries_steps", "save_summaries_secs", "save_checkpoint_steps",
                         "save_interval_secs", "keep_checkpoint_every_n_hours",
-                        "max_nan_rollbacks", "intra_op_threads", "inter_op_threads"), 0)
+                        "max_nan_rollbacks", "intra_op_threads", "inter_op_threads",
+                        "warmup_steps"), 0)
     if (options.num_towers and options.batch_size
             and options.batch_size % options.num_towers):
         _fail("batch_size", options.batch_size,
@@ -145,7 +151,8 @@ def _check_rates(options):
 
 def _check_choices(options):
     for name, allowed in (("precision", PRECISIONS), ("variable_device", VARIABLE_DEVICES),
-                          ("on_nan", ON_NAN), ("dataset", ("",) + DATASET_NAMES)):
+                          ("on_nan", ON_NAN), ("on_divergence", ON_DIVERGENCE),
+                          ("dataset", ("",) + DATASET_NAMES)):
         if getattr(options, name) not in allowed:
             _fail(name, getattr(options, name),
                   f"is not one of {', '.join(value for value in allowed if value)}")

@@ -78,6 +78,18 @@ flags.DEFINE_enum("on_nan", "stop", options_lib.ON_NAN, "When a loss, an update 
                   "batches.")
 flags.DEFINE_integer("max_nan_rollbacks", 3, "With --on_nan=rollback: stop after this many "
                      "rollbacks in one run.")
+flags.DEFINE_enum("on_divergence", "warn", options_lib.ON_DIVERGENCE, "When the smoothed loss "
+                  "climbs to twice its starting value: warn (one line) or stop.")
+flags.DEFINE_integer("warmup_steps", None, "Ramp the learning rate up linearly over this many "
+                     "steps (default: see README, 'Learning rate').")
+flags.DEFINE_bool("find_learning_rate", False, "Instead of training, run the learning-rate "
+                  "range test on this run's data and model: --lr_range_steps steps with the rate "
+                  "rising from --lr_range_min to --lr_range_max; writes a plot to "
+                  "<train_dir>/learning_rate_range.png and prints a suggested rate. No "
+                  "checkpoint is written.")
+flags.DEFINE_integer("lr_range_steps", 200, "Steps of the learning-rate range test.")
+flags.DEFINE_float("lr_range_min", 1e-5, "First learning rate of the range test.")
+flags.DEFINE_float("lr_range_max", 10.0, "Last learning rate of the range test.")
 flags.DEFINE_list("trainable_scopes", [], "Train only the variables under these variable "
                   "scopes, e.g. InceptionV3/Logits,InceptionV3/AuxLogits (default: all).")
 flags.DEFINE_string("stages", "", "A training plan of stages 'name:steps:scope,scope;...', e.g. "
@@ -137,6 +149,7 @@ def options_from_flags(cluster=None):
         keep_checkpoints=FLAGS.keep_checkpoints,
         keep_checkpoint_every_n_hours=FLAGS.keep_checkpoint_every_n_hours,
         on_nan=FLAGS.on_nan, max_nan_rollbacks=FLAGS.max_nan_rollbacks,
+        on_divergence=FLAGS.on_divergence, warmup_steps=FLAGS.warmup_steps,
         intra_op_threads=FLAGS.intra_op_threads, inter_op_threads=FLAGS.inter_op_threads,
         trainable_scopes=tuple(FLAGS.trainable_scopes), stages=FLAGS.stages,
         training_plan=cli.user_path(FLAGS.training_plan),
@@ -203,9 +216,29 @@ def train(options):
     from inception import training  # pylint: disable=import-outside-toplevel
     try:
         return training.train(options, log=cli.log, on_stuck=exit_now)
-    except (train_loop.NonFiniteLossError, distributed.ClusterError,
+    except (train_loop.NonFiniteLossError, train_loop.DivergingError, distributed.ClusterError,
             distributed.DivergedError, ValueError) as error:
         cli.fail(error)
+
+
+def find_learning_rate(options):
+    """The learning-rate range test instead of training: a plot and one suggested rate."""
+    if FLAGS.lr_range_steps < 2 or not 0 < FLAGS.lr_range_min < FLAGS.lr_range_max:
+        cli.fail("the range test needs --lr_range_steps >= 2 and 0 < --lr_range_min < "
+                 "--lr_range_max.", code=2)
+    cli.quiet_tensorflow()
+    from inception import learning_rate_range  # pylint: disable=import-outside-toplevel
+    from inception import training  # pylint: disable=import-outside-toplevel
+    os.makedirs(options.train_dir, exist_ok=True)
+    plot = os.path.join(options.train_dir, "learning_rate_range.png")
+    test = learning_rate_range.RangeTest(FLAGS.lr_range_min, FLAGS.lr_range_max,
+                                         FLAGS.lr_range_steps)
+    try:
+        result = training.find_learning_rate(options, test, plot, log=cli.log)
+    except ValueError as error:
+        cli.fail(error)
+    cli.log(f"the smoothed loss was lowest at {result.lowest_rate:.3g}; suggested: "
+            f"--initial_learning_rate={result.suggested_rate:.2g} (plot: {plot})")
 
 
 def main(argv):
@@ -215,6 +248,9 @@ def main(argv):
     if options is None:
         cli.quiet_tensorflow()
         serve_parameters(cluster)
+        return
+    if FLAGS.find_learning_rate:
+        find_learning_rate(options)
         return
     result = train(options)
     if cluster is not None:

@@ -25,16 +25,18 @@ VARIABLE_DEVICE = "/cpu:0"
 
 @dataclasses.dataclass(frozen=True)
 class OptimizationSettings:
-    """How variables are updated (the original's schedule).
+    """How variables are updated (the original's schedule, with an optional warm-up).
 
     The learning rate is initial_learning_rate * decay_factor ** floor(step / decay_steps),
-    with decay_steps = examples_per_epoch / batch_size * num_epochs_per_decay.
+    with decay_steps = examples_per_epoch / batch_size * num_epochs_per_decay, times
+    min(1, (step + 1) / warmup_steps) while warming up (warmup_steps 0: none).
     """
     batch_size: int
     examples_per_epoch: int
     initial_learning_rate: float = 0.1
     num_epochs_per_decay: float = 30.0
     learning_rate_decay_factor: float = 0.16
+    warmup_steps: int = 0
     batch_norm_decay: float = BATCH_NORM_DECAY
     moving_average_decay: float = MOVING_AVERAGE_DECAY
 
@@ -102,15 +104,22 @@ def warmed_up_decay(max_decay, global_step):
 
 
 def learning_rate_schedule(settings, global_step):
-    """The original's staircase exponential decay: a scalar float32 tensor."""
-    return tf1.train.exponential_decay(
+    """The original's staircase exponential decay, ramped up linearly over the first
+    `settings.warmup_steps` steps: a scalar float32 tensor."""
+    decayed = tf1.train.exponential_decay(
         settings.initial_learning_rate, global_step, settings.decay_steps,
-        settings.learning_rate_decay_factor, staircase=True, name="learning_rate")
+        settings.learning_rate_decay_factor, staircase=True,
+        name="learning_rate" if not settings.warmup_steps else "decayed_learning_rate")
+    if not settings.warmup_steps:
+        return decayed
+    step = tf.cast(global_step, tf.float32)
+    warmed = tf.minimum(1.0, (step + 1.0) / float(settings.warmup_steps))
+    return tf.multiply(decayed, warmed, name="learning_rate")
 
 
 def build_train_graph(input_batch, make_model_fn, optimization, tower_devices, plan=None,
                       histograms=False, wrap_optimizer=None, initial_loss_scale=None,
-                      variable_device=VARIABLE_DEVICE, stage_inputs=False):
+                      variable_device=VARIABLE_DEVICE, stage_inputs=False, learning_rate=None):
     """Builds the towers once and one train op per stage of `plan`, in the default graph.
 
     Args:
@@ -130,6 +139,8 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices, p
         CPU, as in the original; the first GPU on one-GPU machines, devices.py).
       stage_inputs: copy each tower's input to its device one step ahead (staging.py; GPU
         towers).
+      learning_rate: a scalar float32 tensor every stage uses instead of its own rate (the
+        learning-rate range test feeds it); None: the schedule of `optimization`.
 
     Returns:
       TrainGraph. Raises stages.PlanError when a stage selects no variable or its loss
@@ -138,7 +149,8 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices, p
     plan = (plan or stages_lib.DEFAULT_PLAN).validate()
     global_step = tf1.train.get_or_create_global_step()
     with tf.device(variable_device):
-        schedule = learning_rate_schedule(optimization, global_step)
+        schedule = (learning_rate_schedule(optimization, global_step) if learning_rate is None
+                    else learning_rate)
         bn_decay = warmed_up_decay(optimization.batch_norm_decay, global_step)
     tower_inputs = towers_lib.split_batch((input_batch.images, input_batch.labels),
                                           len(tower_devices))
@@ -162,7 +174,8 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices, p
     step_extras = towers_lib.batch_norm_updates(towers) + ([staged.put_op] if staged else [])
     shared = _SharedParts(towers, regularization, schedule, bn_decay, global_step,
                           moving_average, step_extras, input_batch, histograms,
-                          len(plan.stages) == 1, variable_device, wrap_optimizer, loss_scale)
+                          len(plan.stages) == 1, variable_device, wrap_optimizer, loss_scale,
+                          learning_rate is not None)
     stage_ops = [_build_stage(stage, index, shared) for index, stage in enumerate(plan.stages)]
     return TrainGraph(global_step=global_step, plan=plan, stages=stage_ops,
                       corrupt_records=input_batch.corrupt_records,
@@ -193,6 +206,7 @@ class _SharedParts:
     variable_device: str = VARIABLE_DEVICE
     wrap_optimizer: object = None
     loss_scale: loss_scaling.LossScale = None
+    rate_fed: bool = False  # every stage takes `schedule`, whatever its plan says
 
 
 def _build_stage(stage, index, shared):
@@ -216,7 +230,7 @@ def _build_stage(stage, index, shared):
                 "terms.")
         trained = [variable for _, variable in gradients.grads_and_vars]
         with tf.device(shared.variable_device):
-            learning_rate = (shared.schedule if stage.learning_rate is None
+            learning_rate = (shared.schedule if stage.learning_rate is None or shared.rate_fed
                              else tf.constant(stage.learning_rate, name="learning_rate"))
             optimizer = stages_lib.make_optimizer(stage, learning_rate, shared.single_stage)
             update_ops = _update_ops(optimizer, gradients.grads_and_vars, trained, shared)

@@ -63,6 +63,44 @@ def _kept(last_checkpoint):
             else "no checkpoint was written")
 
 
+class DivergingError(RuntimeError):
+    """The smoothed loss climbed far above where it started (--on_divergence=stop)."""
+
+
+class LossWatch:
+    """The smoothed mean_loss and one warning when it climbs well above its starting value.
+
+    Smoothing is an exponential moving average over about `window` steps (bias-corrected, so
+    the first values count fully). The starting value is the run's first loss (an untrained
+    network's is the same for every run of a data set; after a resume, the loss it resumed
+    at); from `window` steps on, a smoothed loss above `factor` times it is the warning, once
+    per run. That is what a too-high learning rate does before the loss turns NaN.
+    """
+
+    def __init__(self, window=10, factor=2.0):
+        self.window, self.factor = window, factor
+        self.smoothed, self.start, self.start_step = None, None, None
+        self._average, self._weight, self._count, self.warned = 0.0, 0.0, 0, False
+
+    def add(self, step, loss):
+        """Takes the step's mean loss; returns the warning line when it is due, else None."""
+        decay = 1.0 - 1.0 / self.window
+        self._average = decay * self._average + (1.0 - decay) * loss
+        self._weight = decay * self._weight + (1.0 - decay)
+        self.smoothed = self._average / self._weight
+        self._count += 1
+        if self.start is None:
+            self.start, self.start_step = loss, step
+        if (self.warned or self._count < self.window
+                or not self.smoothed > self.factor * self.start):
+            return None
+        self.warned = True
+        return (f"the loss is climbing: smoothed loss {self.smoothed:.4g} at step {step}, "
+                f"{self.smoothed / self.start:.1f}x its {self.start:.4g} at step "
+                f"{self.start_step}. Lower --initial_learning_rate (a tenth is a good first "
+                "try), lengthen --warmup_steps, or pick a rate with --find_learning_rate.")
+
+
 class _Diverged(Exception):
     """Inside the loop: this step's loss, update or variables are not finite."""
 
@@ -86,6 +124,8 @@ class LoopSettings:
     on_nan: 'stop' (raise NonFiniteLossError) or 'rollback' (restore the newest finite
       checkpoint of this run, or its starting point, and go on with the next batches), at most
       max_nan_rollbacks times.
+    on_divergence: when the smoothed loss climbs well above its start (LossWatch): 'warn'
+      (one line) or 'stop' (DivergingError).
     """
     train_dir: str
     max_steps: int
@@ -99,6 +139,7 @@ class LoopSettings:
     keep_checkpoint_every_n_hours: float = 0
     on_nan: str = "stop"
     max_nan_rollbacks: int = 3
+    on_divergence: str = "warn"
 
 
 @dataclasses.dataclass
@@ -341,6 +382,7 @@ class _Loop:
         self.session, self.saver, self.graph, self.settings = session, saver, graph, settings
         self.replica, self.log, self.restart, self.health = replica, log, restart, health
         self.writer = _NoSummaryWriter()
+        self.watch = LossWatch()
         self.rollbacks = 0
         self.saved_this_run = None  # the newest checkpoint this run wrote
 
@@ -410,10 +452,22 @@ class _Loop:
             self.writer.flush()
             raise _Diverged(step, losses, norms)
         result.last_mean_loss = float(np.mean(losses))
+        self._watch_loss(step, result)
         if want_summary:
             cadences.summary.mark(step, time.time())
             self.writer.add_summary(out["summary"], step)
+            self._scalar("smoothed_loss", self.watch.smoothed, step)
         return step, False
+
+    def _watch_loss(self, step, result):
+        warning = self.watch.add(step, result.last_mean_loss)
+        if warning is None:
+            return
+        if self.settings.on_divergence == "stop":
+            self.writer.flush()
+            raise DivergingError(f"{warning} Training stopped (--on_divergence=stop); "
+                                 f"{_kept(result.checkpoint)}.")
+        self.log(timestamped(f"warning: {warning}"))
 
     def _maybe_log(self, step, cadences, result, corrupt):
         """The loss line when due; returns the damaged-record count reported so far."""

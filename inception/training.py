@@ -17,6 +17,7 @@ from inception import datasets
 from inception import devices
 from inception import distributed
 from inception import input_pipeline
+from inception import learning_rate_range
 from inception import loss_scaling
 from inception import model
 from inception import run_lock
@@ -137,7 +138,8 @@ def resolve_run(options, log=print):
                                         defaults.initial_learning_rate),
             num_epochs_per_decay=_pick(options.num_epochs_per_decay,
                                        defaults.num_epochs_per_decay),
-            learning_rate_decay_factor=options.learning_rate_decay_factor),
+            learning_rate_decay_factor=options.learning_rate_decay_factor,
+            warmup_steps=_pick(options.warmup_steps, defaults.warmup_steps)),
         make_initializer=pretrained_initializer_factory(options, log))
 
 
@@ -173,8 +175,9 @@ def stages_inputs(run):
     return run.placement.device_type == "gpu"
 
 
-def graph_builder(options, run, replica):
-    """build_graph() for train_loop.run_training: input pipeline, towers, stages."""
+def graph_builder(options, run, replica, learning_rate=None):
+    """build_graph() for train_loop.run_training: input pipeline, towers, stages (every stage
+    at `learning_rate`, a tensor, when given: the range test)."""
     def build_graph():
         if options.seed is not None:
             tf.compat.v1.set_random_seed(options.seed)  # reproducible initial weights too
@@ -191,7 +194,8 @@ def graph_builder(options, run, replica):
             wrap_optimizer=replica.wrap_optimizer if replica else None,
             initial_loss_scale=(loss_scaling.INITIAL_SCALE if options.precision == "fp16"
                                 else None),
-            variable_device=run.variable_device, stage_inputs=stages_inputs(run))
+            variable_device=run.variable_device, stage_inputs=stages_inputs(run),
+            learning_rate=learning_rate)
     return build_graph
 
 
@@ -206,7 +210,8 @@ def loop_settings(options, run):
         save_interval_secs=options.save_interval_secs,
         keep_checkpoints=options.keep_checkpoints,
         keep_checkpoint_every_n_hours=options.keep_checkpoint_every_n_hours,
-        on_nan=options.on_nan, max_nan_rollbacks=options.max_nan_rollbacks)
+        on_nan=options.on_nan, max_nan_rollbacks=options.max_nan_rollbacks,
+        on_divergence=options.on_divergence)
 
 
 def train(options, log=print, on_stuck=None):
@@ -253,3 +258,37 @@ def _train_resolved(options, run, log, on_stuck):
         if replica is None:
             raise
         raise replica.explain(error, "while training") from None
+
+
+def find_learning_rate(options, test, plot_path, log=print):
+    """The learning-rate range test on the run `options` describe (its data, model, towers and
+    optimizer, from its initial or pretrained weights): returns learning_rate_range.RangeResult
+    and writes the plot to `plot_path`. Writes no checkpoint and no settings, and takes no
+    lock: the directory of a run is left as it was."""
+    options.validate()
+    run = resolve_run(options, log)
+    log(timestamped(f"learning-rate range test, {test.steps} steps from {test.min_rate:g} to "
+                    f"{test.max_rate:g}: {describe_run(options, run)}"))
+    config = devices.apply_precision(
+        devices.session_config(run.placement, options.intra_op_threads,
+                               options.inter_op_threads), options.precision, run.placement)
+    graph = tf.Graph()
+    with graph.as_default():
+        rate = tf.compat.v1.placeholder(tf.float32, [], name="learning_rate_tried")
+        built = graph_builder(options, run, None, learning_rate=rate)()
+        stage = built.stages[-1]
+        init = tf.compat.v1.global_variables_initializer()
+        restore = run.make_initializer() if run.make_initializer else None
+        local_init = tf.compat.v1.local_variables_initializer()
+    with tf.compat.v1.Session(graph=graph, config=config) as session:
+        session.run(init)
+        if restore is not None:
+            restore(session)
+        session.run([local_init, built.input_initializer])
+        if built.input_fill is not None:
+            session.run(built.input_fill)
+        result = learning_rate_range.run_range_test(session, stage.train_op, stage.mean_loss,
+                                                    rate, test, log=log)
+    learning_rate_range.write_plot(result, plot_path,
+                                   f"{run.settings.dataset}, batch {run.batch_size}")
+    return result

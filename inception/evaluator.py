@@ -70,15 +70,17 @@ def batch_scores(logits, labels):
     return top1, top5, loss
 
 
-def restore_map_with_averages(variables, moving_average_decay):
-    """{checkpoint name: variable}: trainable variables from their moving averages, others as is."""
-    averages = tf1.train.ExponentialMovingAverage(moving_average_decay)
+def restore_map_with_averages(variables):
+    """{checkpoint name: variable}: trainable variables from their moving averages, others as is.
+
+    The averages' names do not depend on the decay, so none is needed here."""
+    averages = tf1.train.ExponentialMovingAverage(decay=0.0)
     trainable = set(tf1.trainable_variables())
     return {averages.average_name(v) if v in trainable else v.op.name: v for v in variables}
 
 
 def build_eval_graph(shards, settings, batch_size, max_examples=0, strict=False,
-                     moving_average_decay=0.9999, logits_fn=None):
+                     logits_fn=None):
     """Builds the evaluation graph for `settings` over `shards`.
 
     Args:
@@ -97,7 +99,7 @@ def build_eval_graph(shards, settings, batch_size, max_examples=0, strict=False,
         top1, top5, loss_sum = batch_scores(logits, batch.labels)
         batch_examples = tf.size(batch.labels, out_type=tf.int64)
         tf1.train.get_or_create_global_step()
-        restore_map = restore_map_with_averages(tf1.global_variables(), moving_average_decay)
+        restore_map = restore_map_with_averages(tf1.global_variables())
         saver = tf1.train.Saver(restore_map)
         local_init = tf1.local_variables_initializer()
     graph.finalize()

@@ -2,7 +2,8 @@
 
 Training: crop a random box covering part of the object (`sample_distorted_bounding_box`),
 resize with a randomly chosen method, flip, distort colour in one of two orders. Evaluation:
-central crop of 87.5%, bilinear resize. Both end in float32 [size, size, 3] scaled to [-1, 1].
+central crop of 87.5% (only that window of a JPEG is decoded), bilinear resize. Both end in
+float32 [size, size, 3] scaled to [-1, 1].
 
 Every random choice draws from a per-image seed (shape [2], int64), so a fixed --seed gives the
 same images in the same order however many threads decode them.
@@ -141,12 +142,36 @@ def distort_colour(image, seeds):
 def eval_image(encoded, image_size):
     """Decodes one evaluation image: central 87.5% crop, bilinear resize, [-1, 1].
 
+    `encoded` may be JPEG (the shards), PNG, GIF (first frame) or BMP bytes (exported models).
     Returns float32 [image_size, image_size, 3]; deterministic.
     """
-    image = tf.image.decode_jpeg(encoded, channels=3)
-    image = tf.image.convert_image_dtype(image, tf.float32)
-    image = tf.image.central_crop(image, central_fraction=EVAL_CENTRAL_FRACTION)
+    image = tf.image.convert_image_dtype(decode_central_crop(encoded), tf.float32)
     image = tf.image.resize(image, [image_size, image_size], method="bilinear")
     image = tf.clip_by_value(image, 0.0, 1.0)
     image.set_shape([image_size, image_size, 3])
     return scale_to_unit_range(image)
+
+
+def central_crop_window(image_shape, fraction=EVAL_CENTRAL_FRACTION):
+    """int32 [y, x, height, width]: the central `fraction` of an image of shape [h, w, ...],
+    the window tf.image.central_crop keeps for 0.875."""
+    sides = image_shape[:2]
+    margins = tf.cast(tf.cast(sides, tf.float64) * ((1.0 - fraction) / 2.0), tf.int32)
+    return tf.concat([margins, sides - 2 * margins], axis=0)
+
+
+def decode_central_crop(encoded):
+    """uint8 [h, w, 3]: the central 87.5% of a JPEG, PNG, GIF (first frame) or BMP image.
+
+    A JPEG decodes only that window, so a large photo never occupies memory whole.
+    """
+    def jpeg():
+        window = central_crop_window(tf.image.extract_jpeg_shape(encoded))
+        return tf.image.decode_and_crop_jpeg(encoded, window, channels=3)
+
+    def other_format():
+        image = tf.image.decode_image(encoded, channels=3, expand_animations=False)
+        window = central_crop_window(tf.shape(image))
+        return tf.slice(image, [window[0], window[1], 0], [window[2], window[3], 3])
+
+    return tf.cond(tf.io.is_jpeg(encoded), jpeg, other_format)

@@ -17,6 +17,7 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 VARIABLE_DEVICES = ("auto", "cpu", "gpu")
 ON_NAN = ("stop", "rollback")
 ON_DIVERGENCE = ("warn", "stop")
+OPTIMIZERS = ("rmsprop", "momentum", "sgd", "adam")
 
 
 class OptionsError(ValueError):
@@ -31,6 +32,8 @@ class TrainOptions:
       checkpoint and go on with the next batches, at most `max_nan_rollbacks` times per run.
     on_divergence: what a smoothed loss far above its start does: warn (one line) or stop.
     warmup_steps: steps of the linear learning-rate warm-up (None: the data set's default).
+    optimizer: the optimizer of a plan given by --trainable_scopes / --stages or of the default
+      plan (None: the data set's default); a --training_plan file names its own.
     keep_checkpoints: how many of the newest checkpoints stay; older ones are deleted, except
       one every `keep_checkpoint_every_n_hours` (0: none).
     cluster: a worker task of a cluster (cluster.ClusterSettings); None: this machine alone.
@@ -66,6 +69,7 @@ class TrainOptions:
     max_nan_rollbacks: int = 3
     on_divergence: str = "warn"
     warmup_steps: int = None
+    optimizer: str = None
     intra_op_threads: int = 0
     inter_op_threads: int = 0
     trainable_scopes: tuple = ()
@@ -152,7 +156,8 @@ def _check_rates(options):
 def _check_choices(options):
     for name, allowed in (("precision", PRECISIONS), ("variable_device", VARIABLE_DEVICES),
                           ("on_nan", ON_NAN), ("on_divergence", ON_DIVERGENCE),
-                          ("dataset", ("",) + DATASET_NAMES)):
+                          ("dataset", ("",) + DATASET_NAMES),
+                          ("optimizer", (None,) + OPTIMIZERS)):
         if getattr(options, name) not in allowed:
             _fail(name, getattr(options, name),
                   f"is not one of {', '.join(value for value in allowed if value)}")
@@ -191,6 +196,9 @@ def _check_combinations(options):
              if getattr(options, name)]
     if len(given) > 1:
         raise OptionsError(f"pass only one of --{' / --'.join(given)}.")
+    if options.optimizer and options.training_plan:
+        raise OptionsError("--optimizer does not apply to --training_plan; the plan file names "
+                           "each stage's optimizer.")
     if (options.fine_tune or options.checkpoint_exclude_scopes) and \
             not options.pretrained_model_checkpoint_path:
         raise OptionsError("--fine_tune and --checkpoint_exclude_scopes need "

@@ -50,6 +50,13 @@ class ProgressBar:
             bar, count = "", str(self.done)
         return f"{bar}{count} {self.label} ({self.rate():.1f} {self.label}/sec)"
 
+    def clear(self):
+        """Wipes the bar's line on a terminal, so other output can be printed in its place (the
+        next update draws it again)."""
+        if self._interactive:
+            self._stream.write("\r" + " " * len(self.line()) + "\r")
+            self._stream.flush()
+
     def close(self):
         """Ends the bar's line on a terminal."""
         if self._interactive:

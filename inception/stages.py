@@ -19,9 +19,9 @@ import json
 import tensorflow as tf
 
 from inception import towers
+from inception.options import OPTIMIZERS
 
 tf1 = tf.compat.v1
-OPTIMIZERS = ("rmsprop", "momentum", "sgd", "adam")
 RMSPROP_DECAY = 0.9
 RMSPROP_MOMENTUM = 0.9
 RMSPROP_EPSILON = 1.0
@@ -104,13 +104,14 @@ class TrainingPlan:
 DEFAULT_PLAN = TrainingPlan((Stage("train"),))
 
 
-def plan_from_scopes(scopes):
+def plan_from_scopes(scopes, optimizer="rmsprop"):
     """A one-stage plan training only the variables under `scopes` (all when empty)."""
-    return TrainingPlan((Stage("train", scopes=tuple(scopes)),)).validate()
+    return TrainingPlan((Stage("train", scopes=tuple(scopes), optimizer=optimizer),)).validate()
 
 
-def parse_stages(text):
-    """Parses the `--stages` form `name[:steps[:scope,scope]];...` into a TrainingPlan."""
+def parse_stages(text, optimizer="rmsprop"):
+    """Parses the `--stages` form `name[:steps[:scope,scope]];...` into a TrainingPlan whose
+    stages all use `optimizer`."""
     stages = []
     for part in filter(None, (piece.strip() for piece in text.split(";"))):
         fields = part.split(":")
@@ -126,7 +127,7 @@ def parse_stages(text):
                                 f"not {fields[1]!r}.") from None
         scopes = tuple(s.strip() for s in fields[2].split(",") if s.strip()) if len(fields) > 2 \
             else ()
-        stages.append(Stage(name, steps, scopes))
+        stages.append(Stage(name, steps, scopes, optimizer=optimizer))
     return TrainingPlan(tuple(stages)).validate()
 
 

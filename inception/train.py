@@ -82,6 +82,8 @@ flags.DEFINE_enum("on_divergence", "warn", options_lib.ON_DIVERGENCE, "When the 
                   "climbs to twice its starting value: warn (one line) or stop.")
 flags.DEFINE_integer("warmup_steps", None, "Ramp the learning rate up linearly over this many "
                      "steps (default: see README, 'Learning rate').")
+flags.DEFINE_enum("optimizer", None, options_lib.OPTIMIZERS, "The optimizer (default: see "
+                  "README, 'Learning rate'); a --training_plan file names its own.")
 flags.DEFINE_bool("find_learning_rate", False, "Instead of training, run the learning-rate "
                   "range test on this run's data and model: --lr_range_steps steps with the rate "
                   "rising from --lr_range_min to --lr_range_max; writes a plot to "
@@ -150,6 +152,7 @@ def options_from_flags(cluster=None):
         keep_checkpoint_every_n_hours=FLAGS.keep_checkpoint_every_n_hours,
         on_nan=FLAGS.on_nan, max_nan_rollbacks=FLAGS.max_nan_rollbacks,
         on_divergence=FLAGS.on_divergence, warmup_steps=FLAGS.warmup_steps,
+        optimizer=FLAGS.optimizer,
         intra_op_threads=FLAGS.intra_op_threads, inter_op_threads=FLAGS.inter_op_threads,
         trainable_scopes=tuple(FLAGS.trainable_scopes), stages=FLAGS.stages,
         training_plan=cli.user_path(FLAGS.training_plan),
@@ -165,6 +168,10 @@ def print_next_steps(train_dir, result):
             "http://localhost:6006)")
     cli.log(f"  evaluate:        bin/bazel run //inception:eval -- --checkpoint_dir={train_dir} "
             "--run_once")
+    cli.log(f"  export it:       bin/bazel run //inception:export -- --checkpoint_dir={train_dir} "
+            "--export_dir=<dir>")
+    cli.log(f"  classify images: bin/bazel run //inception:classify -- --model={train_dir} "
+            "<images or folders>")
 
 
 def exit_now(message):

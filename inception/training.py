@@ -50,14 +50,15 @@ def resolve_model_settings(options, dataset, stored):
     return settings
 
 
-def resolve_plan(options):
+def resolve_plan(options, default_optimizer):
     """The TrainingPlan from --trainable_scopes, --stages or --training_plan (at most one:
-    options.py checks)."""
+    options.py checks); the first two use --optimizer, else `default_optimizer`."""
     if options.training_plan:
         return stages.load_plan(options.training_plan)
+    optimizer = options.optimizer or default_optimizer
     if options.stages:
-        return stages.parse_stages(options.stages)
-    return stages.plan_from_scopes(options.trainable_scopes)
+        return stages.parse_stages(options.stages, optimizer)
+    return stages.plan_from_scopes(options.trainable_scopes, optimizer)
 
 
 def input_seed(options):
@@ -124,7 +125,7 @@ def resolve_run(options, log=print):
     devices.check_precision(options.precision, placement)
     variable_device = devices.check_variable_device(options.variable_device, placement,
                                                     distributed=options.cluster is not None)
-    plan = resolve_plan(options)
+    plan = resolve_plan(options, defaults.optimizer)
     if options.cluster is not None:
         check_cluster_options(options, plan)
     return ResolvedRun(

@@ -16,6 +16,7 @@ from data import image_folders
 from data import shard_writer
 from data import tfrecord_format
 from inception import input_pipeline
+from tests import sharding
 
 tf1 = tf.compat.v1
 
@@ -335,4 +336,4 @@ class EntryPointTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    sharding.main()

@@ -15,6 +15,7 @@ from data import imagenet
 from data import shard_writer
 from data import tfrecord_format
 from inception import input_pipeline
+from tests import sharding
 
 tf1 = tf.compat.v1
 
@@ -263,4 +264,4 @@ class BundledMetadataTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    sharding.main()

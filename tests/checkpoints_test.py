@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from inception import checkpoints
 from inception import model
+from tests import sharding
 from tests import testing_utils
 
 tf1 = tf.compat.v1
@@ -176,4 +177,4 @@ class StoredSettingsTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    sharding.main()

@@ -4,6 +4,7 @@ import json
 import unittest
 
 from inception import cluster as cluster_lib
+from tests import sharding
 
 
 class ClusterSettingsTest(unittest.TestCase):
@@ -92,4 +93,4 @@ class TfConfigTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    sharding.main()

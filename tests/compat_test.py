@@ -9,6 +9,8 @@ import sys
 import textwrap
 import unittest
 
+from tests import sharding
+
 PRELUDE = """
 import os, sys
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
@@ -121,4 +123,4 @@ class CompatTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    sharding.main()

@@ -1,11 +1,22 @@
 """Test rules: CPU tests hide the machine's GPUs; GPU tests use them and skip visibly without."""
 
-def cpu_test(name, **kwargs):
+def cpu_test(name, deps = [], **kwargs):
     """A py_test on virtual CPU devices. The machine's GPUs are hidden from it (an empty
-    CUDA_VISIBLE_DEVICES), so it runs the same on machines with and without GPUs."""
-    native.py_test(name = name, env = {"CUDA_VISIBLE_DEVICES": ""}, **kwargs)
+    CUDA_VISIBLE_DEVICES), so it runs the same on machines with and without GPUs. Its file
+    ends with `sharding.main()`, so `shard_count` splits it into processes run side by side."""
+    native.py_test(
+        name = name,
+        env = {"CUDA_VISIBLE_DEVICES": ""},
+        deps = deps + [":sharding"],
+        **kwargs
+    )
 
-def gpu_test(name, tags = [], **kwargs):
+def gpu_test(name, deps = [], tags = [], **kwargs):
     """A py_test that runs on the machine's GPUs and reports every test skipped where there is
     none. Exclusive: it takes GPU memory that a parallel test could want."""
-    native.py_test(name = name, tags = tags + ["gpu", "exclusive"], **kwargs)
+    native.py_test(
+        name = name,
+        deps = deps + [":sharding"],
+        tags = tags + ["gpu", "exclusive"],
+        **kwargs
+    )

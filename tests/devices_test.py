@@ -10,6 +10,7 @@ from unittest import mock
 import tensorflow as tf
 
 from inception import devices
+from tests import sharding
 from tests import testing_utils
 
 tf1 = tf.compat.v1
@@ -218,4 +219,4 @@ class DeviceCreationTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    sharding.main()

@@ -18,6 +18,7 @@ from inception import checkpoints
 from inception import cluster as cluster_lib
 from inception import stages
 from inception import training
+from tests import sharding
 from tests import testing_utils
 
 STARTUP_TIMEOUT_SECS = 120
@@ -245,4 +246,4 @@ class ClusterPlanTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    sharding.main()

@@ -3,6 +3,7 @@
 import unittest
 
 from inception import errors
+from tests import sharding
 
 SAVE = ("Graph execution error:\n\nDetected at node 'save/SaveV2' defined at (most recent call "
         "last):\n    File \"/x.py\", line 9, in <module>\nNode: 'save/SaveV2'\n"
@@ -34,4 +35,4 @@ class RootCauseTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    sharding.main()

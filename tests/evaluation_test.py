@@ -18,6 +18,7 @@ from inception import evaluator
 from inception import input_pipeline
 from inception import model
 from inception import training
+from tests import sharding
 from tests import testing_utils
 
 tf1 = tf.compat.v1
@@ -296,4 +297,4 @@ class EvaluationJobTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    sharding.main()

@@ -11,6 +11,7 @@ from inception import model
 from inception import stages
 from inception import training
 from inception.compat import tf_slim as slim
+from tests import sharding
 from tests import testing_utils
 
 tf1 = tf.compat.v1
@@ -153,4 +154,4 @@ class FineTuningTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    sharding.main()

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import unittest
 
+from tests import sharding
 from tests import testing_utils
 
 
@@ -50,4 +51,4 @@ class GpuCheckTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    sharding.main()

@@ -25,6 +25,7 @@ import tensorflow as tf  # noqa: E402  pylint: disable=wrong-import-position
 
 from inception import devices  # noqa: E402  pylint: disable=wrong-import-position
 from inception import training  # noqa: E402  pylint: disable=wrong-import-position
+from tests import sharding
 from tests import testing_utils  # noqa: E402  pylint: disable=wrong-import-position
 
 tf1 = tf.compat.v1
@@ -209,4 +210,4 @@ class TrainingOnASplitGpuTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    sharding.main(verbosity=2)

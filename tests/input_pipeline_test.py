@@ -11,6 +11,7 @@ from PIL import Image
 from data import tfrecord_format
 from inception import image_processing
 from inception import input_pipeline
+from tests import sharding
 from tests import testing_utils
 
 tf1 = tf.compat.v1
@@ -230,4 +231,4 @@ class CropTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    sharding.main()

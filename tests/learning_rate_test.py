@@ -7,10 +7,14 @@ import unittest
 import numpy as np
 import tensorflow as tf
 
+from inception import datasets
+from inception import image_processing
 from inception import learning_rate_range
+from inception import options
 from inception import train_graph
 from inception import train_loop
 from inception import training
+from tests import sharding
 from tests import testing_utils
 
 tf1 = tf.compat.v1
@@ -40,6 +44,47 @@ class WarmupTest(unittest.TestCase):
             self.assertEqual(rate.op.name, "learning_rate")
             with tf1.Session() as session:
                 self.assertAlmostEqual(session.run(rate), 0.1, places=7)
+
+
+class DefaultsTest(unittest.TestCase):
+    """Which recipe a data set gets when no flag says otherwise (README, "Learning rate")."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.data_dir = testing_utils.tiny_demo_data(train=8, validation=4)
+
+    def resolve(self, **overrides):
+        values = dict(train_dir=testing_utils.temp_dir("defaults"), data_dir=self.data_dir,
+                      dataset="", num_towers=1)
+        values.update(overrides)
+        return training.resolve_run(training.TrainOptions(**values), log=lambda line: None)
+
+    def test_a_new_data_set_gets_adam_a_warmup_and_mild_crops(self):
+        run = self.resolve()
+        self.assertEqual(run.dataset.name, "custom")
+        self.assertEqual([stage.optimizer for stage in run.plan.stages], ["adam"])
+        self.assertEqual(run.optimization.initial_learning_rate, 0.001)
+        self.assertEqual(run.optimization.warmup_steps, 50)
+        self.assertEqual(run.dataset.defaults.crop, datasets.MILD_CROP)
+
+    def test_imagenet_keeps_the_original_recipe(self):
+        run = self.resolve(dataset="imagenet")
+        self.assertEqual([stage.optimizer for stage in run.plan.stages], ["rmsprop"])
+        self.assertEqual(run.optimization.initial_learning_rate, 0.1)
+        self.assertEqual(run.optimization.warmup_steps, 0)
+        self.assertEqual(run.dataset.defaults.crop, image_processing.ORIGINAL_CROP)
+
+    def test_flags_win(self):
+        run = self.resolve(optimizer="rmsprop", initial_learning_rate=0.01, warmup_steps=0,
+                           stages="head:5:InceptionV3/Logits;all")
+        self.assertEqual([stage.optimizer for stage in run.plan.stages], ["rmsprop", "rmsprop"])
+        self.assertEqual(run.optimization.initial_learning_rate, 0.01)
+        self.assertEqual(run.optimization.warmup_steps, 0)
+
+    def test_optimizer_with_a_plan_file_is_refused(self):
+        with self.assertRaisesRegex(options.OptionsError, "plan file names"):
+            training.TrainOptions(train_dir=testing_utils.temp_dir("plan"),
+                                  training_plan=__file__, optimizer="adam").validate()
 
 
 class LossWatchTest(unittest.TestCase):
@@ -139,4 +184,4 @@ class RangeTestTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    sharding.main()

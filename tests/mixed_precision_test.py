@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from inception import mixed_precision
 from inception import model
+from tests import sharding
 from tests import testing_utils
 
 tf1 = tf.compat.v1
@@ -108,4 +109,4 @@ class LowPrecisionTowersTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    sharding.main()

@@ -7,6 +7,7 @@ import unittest
 
 from inception import cluster
 from inception import options
+from tests import sharding
 from tests import testing_utils
 
 CHECK = """
@@ -114,4 +115,4 @@ class OptionsTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    sharding.main()

@@ -12,6 +12,7 @@ from inception import loss_scaling
 from inception import towers
 from inception import train_graph
 from inception import training
+from tests import sharding
 from tests import testing_utils
 
 tf1 = tf.compat.v1
@@ -135,4 +136,4 @@ class Bf16RewriteTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    sharding.main()

@@ -10,6 +10,7 @@ import time
 import unittest
 
 from inception import run_lock
+from tests import sharding
 from tests import testing_utils
 
 HOLD = """
@@ -84,4 +85,4 @@ class RunLockTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    sharding.main()

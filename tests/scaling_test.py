@@ -3,6 +3,7 @@
 import unittest
 
 from bench import scaling
+from tests import sharding
 
 PARAMETERS_MB = 108.58388  # 27,145,970 float32 values
 
@@ -36,4 +37,4 @@ class ScalingModelTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    sharding.main()

@@ -11,6 +11,7 @@ from inception import stages
 from inception import towers
 from inception import train_graph
 from inception import train_loop
+from tests import sharding
 from tests import testing_utils
 
 tf1 = tf.compat.v1
@@ -238,4 +239,4 @@ class PlanParsingTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    sharding.main()

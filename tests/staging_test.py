@@ -8,6 +8,7 @@ import tensorflow as tf
 from inception import staging
 from inception import train_graph
 from inception import train_loop
+from tests import sharding
 from tests import testing_utils
 
 tf1 = tf.compat.v1
@@ -84,4 +85,4 @@ class StagingTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    sharding.main()

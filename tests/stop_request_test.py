@@ -8,6 +8,7 @@ import time
 import unittest
 
 from inception.stop_request import StopRequest
+from tests import sharding
 
 TWICE = """
 import os, signal, sys, time
@@ -53,4 +54,4 @@ class StopRequestTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    sharding.main()

@@ -13,6 +13,7 @@ import urllib.request
 
 from inception import evaluation
 from inception import training
+from tests import sharding
 from tests import testing_utils
 
 SERVER_START_TIMEOUT = 120
@@ -117,4 +118,4 @@ class TensorBoardTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    sharding.main()

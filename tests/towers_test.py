@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from inception import towers
 from inception.compat import tf_slim as slim
+from tests import sharding
 from tests import testing_utils
 
 tf1 = tf.compat.v1
@@ -149,4 +150,4 @@ class TowerStructureTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    sharding.main()

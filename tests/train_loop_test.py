@@ -13,6 +13,7 @@ from inception import input_pipeline
 from inception import train_graph
 from inception import train_loop
 from inception.cadence import Cadence
+from tests import sharding
 from tests import testing_utils
 
 tf1 = tf.compat.v1
@@ -385,4 +386,4 @@ class CadenceTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    sharding.main()

@@ -17,6 +17,7 @@ from inception import datasets
 from inception import devices
 from inception import options
 from inception import training
+from tests import sharding
 from tests import testing_utils
 
 TINY = dict(image_size=107, depth_multiplier=0.1, batch_size=4, num_towers=2,
@@ -225,4 +226,4 @@ class DemoDataTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    sharding.main()

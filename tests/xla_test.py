@@ -17,6 +17,7 @@ import numpy as np  # noqa: E402  pylint: disable=wrong-import-position
 import tensorflow as tf  # noqa: E402  pylint: disable=wrong-import-position
 
 from inception import devices  # noqa: E402  pylint: disable=wrong-import-position
+from tests import sharding
 from tests import testing_utils  # noqa: E402  pylint: disable=wrong-import-position
 
 tf1 = tf.compat.v1
@@ -76,4 +77,4 @@ class XlaTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    sharding.main()

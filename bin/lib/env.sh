@@ -59,7 +59,7 @@ report_skipped_tests() {
     count=$(grep -oE '^(OK|FAILED) \(.*skipped=[0-9]+' "$log" | grep -oE '[0-9]+$' | tail -1) \
       || true
     [[ -n $count ]] || continue
-    target="//$(dirname "${log#"$logs"/}" | sed 's#/\([^/]*\)$#:\1#')"
+    target="//$(dirname "${log#"$logs"/}" | sed 's#/shard_[0-9]*_of_[0-9]*$##; s#/\([^/]*\)$#:\1#')"
     reason=$(grep -oE "skipped '[^']*'" "$log" | head -1 | sed "s/^skipped '//; s/'$//") || true
     say "$target: $count test(s) skipped${reason:+ ($reason)}"
   done < <(find -L "$logs" -name test.log 2>/dev/null | sort)

@@ -1,0 +1,159 @@
+"""Classifying image files with a trained model: an exported SavedModel, or a training
+directory whose newest checkpoint is loaded into the same inference graph in memory."""
+
+import dataclasses
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from inception import checkpoints
+from inception import errors
+from inception import exporter
+
+tf1 = tf.compat.v1
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp")
+SAVED_MODEL_FILE = "saved_model.pb"
+
+
+class ModelSourceError(ValueError):
+    """--model names nothing that can classify; the message says what to pass."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Prediction:
+    """The top-k of one image, or why it could not be classified."""
+    path: str
+    classes: tuple = ()
+    probabilities: tuple = ()
+    label_texts: tuple = ()
+    error: str = ""
+
+    def block(self):
+        """A few lines for a person: the path, then one line per class, most likely first."""
+        if self.error:
+            return f"{self.path}\n  error: {self.error}"
+        rows = [f"  {probability:7.2%}  {text} ({label})" for label, probability, text
+                in zip(self.classes, self.probabilities, self.label_texts)]
+        return "\n".join([self.path] + rows)
+
+    def as_json(self):
+        """A dict for one JSON line."""
+        if self.error:
+            return {"path": self.path, "error": self.error}
+        return {"path": self.path, "top_k": [
+            {"class": label, "label": text, "probability": probability}
+            for label, probability, text in zip(self.classes, self.probabilities,
+                                                self.label_texts)]}
+
+
+def saved_model_version(path):
+    """The SavedModel directory `path` names: itself when it holds saved_model.pb, else its
+    newest numbered version (TensorFlow Serving's layout); None when neither."""
+    if tf.io.gfile.exists(os.path.join(path, SAVED_MODEL_FILE)):
+        return path
+    if not tf.io.gfile.isdir(path):
+        return None
+    versions = [int(name.rstrip("/")) for name in tf.io.gfile.listdir(path)
+                if name.rstrip("/").isdigit()
+                and tf.io.gfile.exists(os.path.join(path, name.rstrip("/"), SAVED_MODEL_FILE))]
+    return os.path.join(path, str(max(versions))) if versions else None
+
+
+def open_model(path, log=print):
+    """callable(list of encoded images) -> {output name: NumPy array} for `--model=path`.
+
+    `path` is an export (a version directory or the directory of versions) or a training
+    directory; raises ModelSourceError / ExportError / CheckpointError when it is neither."""
+    version_dir = saved_model_version(path)
+    if version_dir is not None:
+        log(f"loading the SavedModel {version_dir}...")
+        signature = tf.saved_model.load(version_dir).signatures[exporter.SERVING_SIGNATURE]
+        return lambda encoded: {name: value.numpy() for name, value in signature(
+            **{exporter.BYTES_INPUT: tf.constant(encoded, tf.string)}).items()}
+    if tf.io.gfile.exists(os.path.join(path, checkpoints.SETTINGS_FILE)):
+        return _checkpoint_model(path, log)
+    raise ModelSourceError(f"--model={path} is neither an export (a directory with "
+                           f"{SAVED_MODEL_FILE} or numbered versions of one) nor a training "
+                           f"directory (with {checkpoints.SETTINGS_FILE}).")
+
+
+def _checkpoint_model(train_dir, log):
+    stored_run = exporter.read_training_run(train_dir)
+    checkpoint_path = exporter.newest_checkpoint(train_dir)
+    log(f"loading {checkpoint_path}...")
+    serving_graph = exporter.build_serving_graph(stored_run.settings,
+                                                 exporter.stored_label_names(stored_run, log))
+    serving_graph.graph.finalize()
+    session = tf1.Session(graph=serving_graph.graph)
+    exporter.restore(session, serving_graph, checkpoint_path)
+    return lambda encoded: session.run(serving_graph.outputs_from_bytes,
+                                       {serving_graph.image_bytes: encoded})
+
+
+def image_files(paths):
+    """(files, missing): the files named, and the image files (by extension) in the folders
+    named, walked in sorted order; `missing` lists the paths that do not exist."""
+    files, missing = [], []
+    for path in paths:
+        if tf.io.gfile.isdir(path):
+            for folder, _, names in sorted(tf.io.gfile.walk(path)):
+                files.extend(os.path.join(folder, name) for name in sorted(names)
+                             if name.lower().endswith(IMAGE_EXTENSIONS))
+        elif tf.io.gfile.exists(path):
+            files.append(path)
+        else:
+            missing.append(path)
+    return files, missing
+
+
+def classify_files(predict, paths, batch_size=16, on_batch=None):
+    """Yields a Prediction per file of `paths`, in order.
+
+    Files are read and classified `batch_size` at a time; when a batch fails (an unreadable or
+    non-image file), its files are retried one by one so only the bad ones report an error.
+    on_batch(count) is called after each batch (a progress bar)."""
+    for start in range(0, len(paths), batch_size):
+        chunk = paths[start:start + batch_size]
+        yield from _classify_chunk(predict, chunk)
+        if on_batch is not None:
+            on_batch(len(chunk))
+
+
+def _classify_chunk(predict, paths):
+    contents, predictions = [], {}
+    for path in paths:
+        try:
+            with tf.io.gfile.GFile(path, "rb") as handle:
+                contents.append((path, handle.read()))
+        except (OSError, tf.errors.OpError) as error:
+            predictions[path] = Prediction(path, error=f"cannot read it ({error})")
+    readable = [path for path, _ in contents]
+    try:
+        predictions.update(_predictions(readable, predict([data for _, data in contents])))
+    except tf.errors.OpError:
+        for path, data in contents:
+            try:
+                predictions.update(_predictions([path], predict([data])))
+            except tf.errors.OpError as error:
+                predictions[path] = Prediction(path, error=_image_error(error))
+    return [predictions[path] for path in paths]
+
+
+def _predictions(paths, outputs):
+    texts = outputs["label_texts"]
+    return {path: Prediction(path, classes=tuple(int(c) for c in outputs["classes"][row]),
+                             probabilities=tuple(float(p) for p in
+                                                 outputs["probabilities"][row]),
+                             label_texts=tuple(_text(t) for t in texts[row]))
+            for row, path in enumerate(paths)}
+
+
+def _text(value):
+    return value.decode("utf-8") if isinstance(value, (bytes, np.bytes_)) else str(value)
+
+
+def _image_error(error):
+    cause = errors.root_cause(error.message)
+    return f"not a readable JPEG, PNG, GIF or BMP image ({cause})"

@@ -1,0 +1,73 @@
+"""`bazel run //inception:classify -- --model=DIR IMAGE_OR_FOLDER...`: what is in these images?
+
+--model is an export of //inception:export (its directory of versions or one version) or a
+training directory (its newest checkpoint is loaded in memory). Prints the top classes of each
+image; with --output_json also writes them as JSON lines. An image that cannot be read is
+reported and the rest are still classified; the exit status is then 1.
+"""
+
+import json
+import os
+import sys
+
+from absl import app
+from absl import flags
+
+from inception import cli
+
+FLAGS = flags.FLAGS
+
+flags.DEFINE_string("model", "", "An export directory (of //inception:export) or a training "
+                    "directory (required).")
+flags.DEFINE_string("output_json", "", "Also write one JSON line per image to this file.")
+flags.DEFINE_integer("batch_size", 16, "Images classified together.")
+
+PROGRESS_AFTER = 36  # more images than this get a progress bar
+
+
+def check_flags(argv):
+    """(model, image paths, output_json) as the user meant them; one line and exit 2 when
+    something is missing, before TensorFlow loads."""
+    if not FLAGS.model:
+        cli.fail("--model is required: an export directory or a training directory.", 2)
+    if len(argv) < 2:
+        cli.fail("name the images to classify: files or folders after the flags.", 2)
+    if FLAGS.batch_size < 1:
+        cli.fail(f"--batch_size={FLAGS.batch_size} must be at least 1.", 2)
+    return (cli.user_path(FLAGS.model), [cli.user_path(path) for path in argv[1:]],
+            cli.user_path(FLAGS.output_json))
+
+
+def main(argv):
+    model_path, paths, output_json = check_flags(argv)
+    cli.quiet_tensorflow()
+    from inception import classifier  # pylint: disable=import-outside-toplevel
+    from inception.progress import ProgressBar  # pylint: disable=import-outside-toplevel
+    files, missing = classifier.image_files(paths)
+    for path in missing:
+        print(f"error: {path} does not exist", file=sys.stderr, flush=True)
+    if not files:
+        cli.fail("no image files found in " + ", ".join(paths))
+    try:
+        predict = classifier.open_model(model_path, log=cli.log)
+    except ValueError as error:
+        cli.fail(error)
+    progress = ProgressBar(len(files), "images") if len(files) > PROGRESS_AFTER else None
+    failed = len(missing)
+    with open(output_json or os.devnull, "w", encoding="utf-8") as json_file:
+        for prediction in classifier.classify_files(
+                predict, files, FLAGS.batch_size, progress.update if progress else None):
+            if progress:
+                progress.clear()
+            print(prediction.block(), flush=True)
+            json_file.write(json.dumps(prediction.as_json()) + "\n")
+            failed += bool(prediction.error)
+    if progress:
+        progress.close()
+    if failed:
+        cli.fail(f"{failed} of {len(files) + len(missing)} images could not be classified "
+                 "(see the errors above).")
+
+
+if __name__ == "__main__":
+    app.run(main, flags_parser=cli.parse_flags)

@@ -1,0 +1,56 @@
+"""`bazel run //inception:export`: write a trained model as a TensorFlow SavedModel.
+
+Exports the newest checkpoint of a training directory (or --checkpoint_path) into
+`<export_dir>/<global step>/`, TensorFlow Serving's layout; an existing version is never
+overwritten. The model settings and label names come from the training directory.
+"""
+
+import os
+
+from absl import app
+from absl import flags
+
+from inception import cli
+
+FLAGS = flags.FLAGS
+
+flags.DEFINE_string("checkpoint_dir", "/tmp/inception_train",
+                    "The --train_dir of the training run to export.")
+flags.DEFINE_string("checkpoint_path", "", "Export this checkpoint (a prefix such as "
+                    "<train_dir>/model.ckpt-1000) instead of the newest one.")
+flags.DEFINE_string("export_dir", "", "Where the versions of the SavedModel go (required).")
+flags.DEFINE_integer("top_k", 5, "How many classes each prediction returns.")
+
+
+def check_flags():
+    """(checkpoint_dir, checkpoint_path, export_dir) as the user meant them; one line and exit
+    2 for a bad flag, before TensorFlow loads."""
+    if not FLAGS.export_dir:
+        cli.fail("--export_dir is required: the directory the SavedModel versions go to.", 2)
+    if FLAGS.top_k < 1:
+        cli.fail(f"--top_k={FLAGS.top_k} must be at least 1.", 2)
+    export_dir = cli.user_path(FLAGS.export_dir)
+    if os.path.exists(export_dir) and not os.path.isdir(export_dir):
+        cli.fail(f"--export_dir={export_dir} is a file; pass a directory (new or one that "
+                 "holds earlier exports).", 2)
+    return (cli.user_path(FLAGS.checkpoint_dir), cli.user_path(FLAGS.checkpoint_path),
+            export_dir)
+
+
+def main(argv):
+    if len(argv) > 1:
+        cli.fail(f"unexpected arguments {argv[1:]}; flags look like --export_dir=DIR.", 2)
+    checkpoint_dir, checkpoint_path, export_dir = check_flags()
+    cli.quiet_tensorflow()
+    from inception import exporter  # pylint: disable=import-outside-toplevel
+    try:
+        version_dir = exporter.export_training_run(checkpoint_dir, export_dir, checkpoint_path,
+                                                   FLAGS.top_k, log=cli.log)
+    except ValueError as error:
+        cli.fail(error)
+    cli.log(f"SavedModel written to {version_dir} (signatures: serving_default on encoded "
+            "images, predict_images on preprocessed ones)")
+
+
+if __name__ == "__main__":
+    app.run(main, flags_parser=cli.parse_flags)

@@ -1,0 +1,220 @@
+"""The trained model as a TensorFlow SavedModel, and the same graph in memory for classifying.
+
+The network is built in inference mode (batch norm from its moving statistics, no dropout, no
+auxiliary head) and restored like the evaluation job restores it: the trainable weights from
+their exponential moving averages. Two signatures share its variables:
+
+- `serving_default`: `image_bytes` (string [N], JPEG/PNG/GIF/BMP) decoded and preprocessed
+  exactly as the evaluation job does (image_processing.eval_image);
+- `predict_images`: `images` (float32 [N, size, size, 3] in [-1, 1]).
+
+Both return `classes` (int64 [N, k], 1-based labels, 0 = background), `probabilities`
+(float32 [N, k]), `label_texts` (string [N, k]) and `logits` (float32 [N, num_classes]).
+The export is written in TensorFlow Serving's layout, `<export_dir>/<global step>/`, under a
+temporary name first, so a version directory is always complete.
+"""
+
+import dataclasses
+import json
+import os
+
+import tensorflow as tf
+
+from data import tfrecord_format
+from inception import checkpoints
+from inception import datasets
+from inception import errors
+from inception import evaluator
+from inception import image_processing
+from inception import model
+
+tf1 = tf.compat.v1
+
+SERVING_SIGNATURE = "serving_default"
+IMAGES_SIGNATURE = "predict_images"
+BYTES_INPUT = "image_bytes"  # the `_bytes` suffix tells REST front ends to expect base64
+IMAGES_INPUT = "images"
+DEFAULT_TOP_K = 5
+BACKGROUND_TEXT = "background"
+
+
+class ExportError(ValueError):
+    """The export cannot be written as asked; the message says what to do."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ServingGraph:
+    """The inference graph: its two inputs, their outputs, and the restoring saver."""
+    graph: tf.Graph
+    image_bytes: tf.Tensor
+    images: tf.Tensor
+    outputs_from_bytes: dict
+    outputs_from_images: dict
+    restore_map: dict
+    saver: tf1.train.Saver
+
+
+def label_texts(num_classes, label_names):
+    """Text of every logit: "background" for 0, then the data set's label names (or the label
+    numbers, when the data set had no labels.txt)."""
+    names = list(label_names) or [str(label) for label in range(1, num_classes)]
+    return [BACKGROUND_TEXT] + names
+
+
+def prediction_outputs(logits, texts, top_k):
+    """{classes, probabilities, label_texts, logits} of a batch of logits (float32 [N, C])."""
+    k = min(top_k, len(texts))
+    top = tf.math.top_k(tf.nn.softmax(logits), k=k)
+    classes = tf.cast(top.indices, tf.int64)
+    return {"classes": classes, "probabilities": top.values,
+            "label_texts": tf.gather(tf.constant(texts), classes), "logits": logits}
+
+
+def build_serving_graph(settings, label_names=(), top_k=DEFAULT_TOP_K, logits_fn=None):
+    """Builds the inference graph for ModelSettings `settings`; returns ServingGraph.
+
+    logits_fn: callable(images, settings) -> logits; Inception v3 in inference mode by default.
+    """
+    logits_fn = logits_fn or (lambda images, s: model.inception_logits(images, s, False)[0])
+    size = settings.image_size
+    texts = label_texts(settings.num_classes, label_names)
+    graph = tf.Graph()
+    with graph.as_default():
+        image_bytes = tf1.placeholder(tf.string, [None], name=BYTES_INPUT)
+        images = tf1.placeholder(tf.float32, [None, size, size, 3], name=IMAGES_INPUT)
+        decoded = tf.map_fn(lambda encoded: image_processing.eval_image(encoded, size),
+                            image_bytes, fn_output_signature=tf.float32)
+        with tf1.variable_scope(tf1.get_variable_scope(), reuse=tf1.AUTO_REUSE):
+            outputs_from_bytes = prediction_outputs(logits_fn(decoded, settings), texts, top_k)
+            outputs_from_images = prediction_outputs(logits_fn(images, settings), texts, top_k)
+        restore_map = evaluator.restore_map_with_averages(tf1.global_variables())
+        saver = tf1.train.Saver(restore_map)
+    return ServingGraph(graph=graph, image_bytes=image_bytes, images=images,
+                        outputs_from_bytes=outputs_from_bytes,
+                        outputs_from_images=outputs_from_images, restore_map=restore_map,
+                        saver=saver)
+
+
+def restore(session, serving_graph, checkpoint_path):
+    """Restores `checkpoint_path` into `session`; CheckpointError naming it when it cannot."""
+    checkpoints.check_restorable(checkpoint_path, serving_graph.restore_map)
+    try:
+        with session.graph.as_default():
+            serving_graph.saver.restore(session, checkpoint_path)
+    except tf.errors.OpError as error:
+        reason = errors.root_cause(error.message) or type(error).__name__
+        raise checkpoints.CheckpointError(
+            f"checkpoint {checkpoint_path} cannot be restored, it is damaged ({reason})") from None
+
+
+def check_export_dir(export_dir):
+    """Raises ExportError when `export_dir` exists and is not a directory."""
+    if tf.io.gfile.exists(export_dir) and not tf.io.gfile.isdir(export_dir):
+        raise ExportError(f"--export_dir={export_dir} is a file; pass a directory (new or one "
+                          "that holds earlier exports).")
+
+
+def export_saved_model(checkpoint_path, stored_run, label_names, export_dir,
+                       top_k=DEFAULT_TOP_K, logits_fn=None):
+    """Writes the SavedModel of `checkpoint_path` to `<export_dir>/<step>`; returns that path.
+
+    Args:
+      stored_run: checkpoints.StoredRun of the training directory (settings, data directory).
+      label_names: label_names[i - 1] names label i; empty when the data set had none.
+
+    Raises ExportError when that version exists already (nothing is overwritten).
+    """
+    check_export_dir(export_dir)
+    version_dir = os.path.join(export_dir, str(checkpoints.step_of(checkpoint_path)))
+    if tf.io.gfile.exists(version_dir):
+        raise ExportError(f"{version_dir} exists already (this checkpoint was exported); train "
+                          "further for a new version or pass another --export_dir.")
+    serving_graph = build_serving_graph(stored_run.settings, label_names, top_k, logits_fn)
+    partial_dir = os.path.join(export_dir, f".partial-{os.path.basename(version_dir)}-"
+                                           f"{os.getpid()}")
+    try:
+        _write_saved_model(serving_graph, checkpoint_path, partial_dir)
+        _write_settings(partial_dir, stored_run)
+        tf.io.gfile.rename(partial_dir, version_dir)
+    finally:
+        if tf.io.gfile.exists(partial_dir):
+            tf.io.gfile.rmtree(partial_dir)
+    return version_dir
+
+
+def export_training_run(checkpoint_dir, export_dir, checkpoint_path="", top_k=DEFAULT_TOP_K,
+                        log=print):
+    """Exports the newest checkpoint of the training directory `checkpoint_dir` (or
+    `checkpoint_path`) with the settings and label names stored beside it; returns the new
+    version directory. Everything is checked before anything is written."""
+    check_export_dir(export_dir)
+    stored_run = read_training_run(checkpoint_dir)
+    checkpoint_path = checkpoint_path or newest_checkpoint(checkpoint_dir)
+    if not tf.io.gfile.exists(checkpoint_path + ".index"):
+        raise ExportError(f"--checkpoint_path={checkpoint_path} does not exist; pass a prefix "
+                          "such as <train_dir>/model.ckpt-1000 (without .index).")
+    label_names = stored_label_names(stored_run, log)
+    log(f"exporting {checkpoint_path} ({stored_run.settings.image_size} px, "
+        f"{stored_run.settings.num_classes - 1} labels)...")
+    return export_saved_model(checkpoint_path, stored_run, label_names, export_dir, top_k)
+
+
+def read_training_run(checkpoint_dir):
+    """The StoredRun of a training directory; ExportError saying what to pass when it is none."""
+    if not tf.io.gfile.isdir(checkpoint_dir):
+        raise ExportError(f"{checkpoint_dir} does not exist; pass the --train_dir of a "
+                          "training run.")
+    stored_run = checkpoints.read_stored_run(checkpoint_dir)
+    if stored_run is None:
+        raise ExportError(f"{checkpoint_dir} has no {checkpoints.SETTINGS_FILE}; pass the "
+                          "--train_dir of a training run of this trainer.")
+    return stored_run
+
+
+def newest_checkpoint(checkpoint_dir):
+    """The newest checkpoint prefix of `checkpoint_dir`; ExportError when there is none."""
+    path = checkpoints.latest_checkpoint(checkpoint_dir)
+    if path is None:
+        raise ExportError(f"no checkpoint in {checkpoint_dir} yet; train first (or wait for "
+                          "the first save).")
+    return path
+
+
+def stored_label_names(stored_run, log=print):
+    """Label names from the labels.txt of the run's data directory; () with a note when that
+    directory has none (the labels are then shown as numbers)."""
+    path = os.path.join(stored_run.data_dir, datasets.LABELS_FILE)
+    if stored_run.data_dir and tf.io.gfile.exists(path):
+        return tuple(tfrecord_format.read_labels_file(path))
+    log(f"note: no {path}; labels will be shown as numbers.")
+    return ()
+
+
+def _write_saved_model(serving_graph, checkpoint_path, target_dir):
+    with serving_graph.graph.as_default():
+        signatures = _signatures(serving_graph)
+    with tf1.Session(graph=serving_graph.graph) as session:
+        restore(session, serving_graph, checkpoint_path)
+        builder = tf1.saved_model.Builder(target_dir)
+        builder.add_meta_graph_and_variables(session, [tf1.saved_model.SERVING],
+                                             signature_def_map=signatures,
+                                             strip_default_attrs=True)
+        builder.save()
+
+
+def _signatures(serving_graph):
+    return {
+        SERVING_SIGNATURE: tf1.saved_model.predict_signature_def(
+            {BYTES_INPUT: serving_graph.image_bytes}, serving_graph.outputs_from_bytes),
+        IMAGES_SIGNATURE: tf1.saved_model.predict_signature_def(
+            {IMAGES_INPUT: serving_graph.images}, serving_graph.outputs_from_images),
+    }
+
+
+def _write_settings(target_dir, stored_run):
+    # assets.extra is where TensorFlow Serving lets a model carry files it does not read.
+    extra = os.path.join(target_dir, "assets.extra")
+    tf.io.gfile.makedirs(extra)
+    with tf.io.gfile.GFile(os.path.join(extra, checkpoints.SETTINGS_FILE), "w") as handle:
+        handle.write(json.dumps(dataclasses.asdict(stored_run.settings), indent=2,
+                                sort_keys=True) + "\n")

@@ -1,0 +1,282 @@
+"""Export and classify: the SavedModel agrees with the eval graph image by image, loads without
+tf-slim or this project, never overwrites a version; bad input is one line; classify goes on
+past a bad image."""
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import unittest
+
+import numpy as np
+import tensorflow as tf
+from PIL import Image
+
+from data import demo_data
+from inception import checkpoints
+from inception import classifier
+from inception import evaluator
+from inception import exporter
+from inception import image_processing
+from inception import model
+from inception import training
+from tests import sharding
+from tests import testing_utils
+
+tf1 = tf.compat.v1
+VALIDATION_IMAGES = 12
+
+PLAIN_TENSORFLOW = """
+import builtins, sys
+real_import = builtins.__import__
+def refuse_project_code(name, *args, **kwargs):
+    if name.split(".")[0] in ("tf_slim", "inception", "data", "tests"):
+        raise ImportError(name + " is not available here")
+    return real_import(name, *args, **kwargs)
+builtins.__import__ = refuse_project_code
+import tensorflow as tf
+serve = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
+with open(sys.argv[2], "rb") as handle:
+    outputs = serve(image_bytes=tf.constant([handle.read()]))
+print("TOP", int(outputs["classes"][0, 0]), outputs["label_texts"][0, 0].numpy().decode(),
+      float(outputs["probabilities"][0, 0]))
+"""
+
+
+def validation_bytes(shards):
+    """The encoded images of the shards, in the order the eval pipeline reads them (one record
+    of each shard in turn)."""
+    records = tf.data.Dataset.from_tensor_slices(shards).interleave(
+        tf.data.TFRecordDataset, cycle_length=len(shards))
+    dataset = records.map(lambda record: tf.io.parse_single_example(
+        record, {"image/encoded": tf.io.FixedLenFeature([], tf.string)})["image/encoded"])
+    return [value.numpy() for value in dataset]
+
+
+def eval_graph_logits(checkpoint_path, shards, settings):
+    """(logits, images) of the evaluation job's own graph over all of `shards`, in one batch."""
+    captured = {}
+
+    def capture(images, model_settings):
+        captured["images"] = images
+        captured["logits"] = model.inception_logits(images, model_settings, False)[0]
+        return captured["logits"]
+
+    eval_graph = evaluator.build_eval_graph(shards, settings, VALIDATION_IMAGES,
+                                            logits_fn=capture)
+    with tf1.Session(graph=eval_graph.graph) as session:
+        eval_graph.saver.restore(session, checkpoint_path)
+        session.run([eval_graph.local_initializer, eval_graph.input_initializer])
+        return session.run([captured["logits"], captured["images"]])
+
+
+def encoded(pixels, image_format):
+    """`pixels` (uint8 [h, w, 3]) encoded as PNG, BMP, GIF..."""
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, image_format)
+    return buffer.getvalue()
+
+
+class TrainedRun:
+    """A tiny model trained 3 steps on demo data (a checkpoint every step), exported once."""
+
+    def __init__(self):
+        self.data_dir = testing_utils.tiny_demo_data(train=24, validation=VALIDATION_IMAGES)
+        self.train_dir = testing_utils.temp_dir("export_train")
+        training.train(training.TrainOptions(
+            train_dir=self.train_dir, data_dir=self.data_dir, dataset="demo", max_steps=3,
+            image_size=75, depth_multiplier=0.1, batch_size=4, num_towers=1,
+            save_checkpoint_steps=1), log=lambda line: None)
+        self.export_dir = os.path.join(testing_utils.temp_dir("export"), "models")
+        self.version_dir = exporter.export_training_run(self.train_dir, self.export_dir,
+                                                        log=lambda line: None)
+        self.serve = tf.saved_model.load(self.version_dir).signatures
+        self.shards = sorted(tf.io.gfile.glob(os.path.join(self.data_dir, "validation-*")))
+        self.images_bytes = validation_bytes(self.shards)
+
+    def serving_outputs(self, images_bytes):
+        """The serving signature's outputs as NumPy arrays."""
+        return {name: value.numpy() for name, value in self.serve["serving_default"](
+            image_bytes=tf.constant(images_bytes)).items()}
+
+
+RUN = None
+
+
+def setUpModule():
+    global RUN  # pylint: disable=global-statement
+    RUN = TrainedRun()
+
+
+class ExportTest(unittest.TestCase):
+
+    def setUp(self):
+        for name in ("train_dir", "export_dir", "version_dir", "serve", "shards",
+                     "images_bytes", "serving_outputs"):
+            setattr(self, name, getattr(RUN, name))
+
+    def test_version_is_the_global_step_and_carries_the_settings(self):
+        self.assertEqual(self.version_dir, os.path.join(self.export_dir, "3"))
+        self.assertEqual(os.listdir(self.export_dir), ["3"])  # no partial directory left
+        with open(os.path.join(self.version_dir, "assets.extra", "model_settings.json"),
+                  encoding="utf-8") as handle:
+            self.assertEqual(json.load(handle)["image_size"], 75)
+
+    def test_top1_equals_the_eval_graph_for_every_image(self):
+        self.assertEqual(len(self.images_bytes), VALIDATION_IMAGES)
+        eval_logits, _ = eval_graph_logits(os.path.join(self.train_dir, "model.ckpt-3"),
+                                           self.shards, checkpoints.read_stored_run(
+                                               self.train_dir).settings)
+        outputs = self.serving_outputs(self.images_bytes)
+        np.testing.assert_array_equal(outputs["classes"][:, 0], np.argmax(eval_logits, axis=1))
+        np.testing.assert_allclose(outputs["logits"], eval_logits, rtol=1e-4, atol=1e-5)
+        # A model that predicts one class for everything would agree trivially.
+        self.assertGreater(np.ptp(eval_logits, axis=0).max(), 0.0)
+
+    def test_outputs_are_consistent(self):
+        outputs = self.serving_outputs(self.images_bytes[:3])
+        self.assertEqual(outputs["classes"].shape, (3, 5))
+        self.assertEqual(outputs["classes"].dtype, np.int64)
+        logits = outputs["logits"]
+        softmax = np.exp(logits - logits.max(1, keepdims=True))
+        softmax /= softmax.sum(1, keepdims=True)
+        np.testing.assert_allclose(outputs["probabilities"],
+                                   -np.sort(-softmax, axis=1)[:, :5], rtol=1e-5)
+        names = ("background",) + demo_data.CLASS_NAMES
+        self.assertEqual([[names[c] for c in row] for row in outputs["classes"]],
+                         [[t.decode() for t in row] for row in outputs["label_texts"]])
+
+    def test_both_signatures_agree(self):
+        _, eval_images = eval_graph_logits(os.path.join(self.train_dir, "model.ckpt-3"),
+                                           self.shards, checkpoints.read_stored_run(
+                                               self.train_dir).settings)
+        from_images = self.serve["predict_images"](images=tf.constant(eval_images))
+        from_bytes = self.serving_outputs(self.images_bytes)
+        np.testing.assert_allclose(from_images["logits"].numpy(), from_bytes["logits"],
+                                   rtol=1e-4, atol=1e-5)
+
+    def test_png_bmp_and_gif_are_classified(self):
+        pixels = tf.io.decode_jpeg(self.images_bytes[0]).numpy()
+        outputs = self.serving_outputs([encoded(pixels, "PNG"), encoded(pixels, "BMP"),
+                                        encoded(pixels, "GIF")])
+        np.testing.assert_allclose(outputs["logits"][0], outputs["logits"][1])  # both lossless
+        self.assertTrue(np.all(np.isfinite(outputs["logits"])))
+
+    def test_the_central_crop_is_tensorflows(self):
+        for height, width in [(75, 75), (100, 37), (17, 333)]:
+            pixels = np.random.default_rng(height).integers(0, 255, (height, width, 3), np.uint8)
+            cropped = image_processing.decode_central_crop(tf.constant(encoded(pixels, "PNG")))
+            np.testing.assert_array_equal(cropped.numpy(),
+                                          tf.image.central_crop(pixels, 0.875).numpy())
+
+    def test_loads_in_plain_tensorflow_without_project_code(self):
+        image_path = os.path.join(testing_utils.temp_dir("plain"), "image.jpg")
+        with open(image_path, "wb") as handle:
+            handle.write(self.images_bytes[0])
+        completed = subprocess.run(
+            [sys.executable, "-I", "-c", PLAIN_TENSORFLOW, self.version_dir, image_path],
+            capture_output=True, text=True, timeout=240, check=False,
+            cwd=testing_utils.temp_dir("plain_cwd"))
+        self.assertEqual(completed.returncode, 0, completed.stderr[-2000:])
+        top = [line.split() for line in completed.stdout.splitlines() if line.startswith("TOP")]
+        expected = self.serving_outputs(self.images_bytes[:1])
+        self.assertEqual(int(top[0][1]), expected["classes"][0, 0])
+        self.assertEqual(top[0][2], expected["label_texts"][0, 0].decode())
+
+    def test_saved_model_cli_shows_both_signatures(self):
+        cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
+        if not os.path.exists(cli):
+            self.skipTest(f"no saved_model_cli beside {sys.executable}")
+        completed = subprocess.run([cli, "show", "--dir", self.version_dir, "--all"],
+                                   capture_output=True, text=True, timeout=240, check=False)
+        self.assertEqual(completed.returncode, 0, completed.stderr[-2000:])
+        self.assertIn("signature_def['serving_default']", completed.stdout)
+        self.assertIn("signature_def['predict_images']", completed.stdout)
+        self.assertIn("inputs['image_bytes'] tensor_info:", completed.stdout)
+
+    def test_exporting_again_never_overwrites_a_version(self):
+        before = os.path.getmtime(os.path.join(self.version_dir, "saved_model.pb"))
+        with self.assertRaisesRegex(exporter.ExportError, "exists already"):
+            exporter.export_training_run(self.train_dir, self.export_dir, log=lambda line: None)
+        self.assertEqual(os.path.getmtime(os.path.join(self.version_dir, "saved_model.pb")),
+                         before)
+        older = exporter.export_training_run(
+            self.train_dir, self.export_dir, os.path.join(self.train_dir, "model.ckpt-2"),
+            log=lambda line: None)
+        self.assertEqual(sorted(os.listdir(self.export_dir)), ["2", "3"])
+        self.assertEqual(classifier.saved_model_version(self.export_dir), self.version_dir)
+        shutil.rmtree(older)
+
+    def test_bad_sources_are_one_line_and_write_nothing(self):
+        target = os.path.join(testing_utils.temp_dir("bad_export"), "out")
+        empty_run = testing_utils.temp_dir("no_checkpoint")
+        shutil.copy(os.path.join(self.train_dir, checkpoints.SETTINGS_FILE), empty_run)
+        a_file = os.path.join(empty_run, checkpoints.SETTINGS_FILE)
+        cases = [(testing_utils.temp_dir("no_settings"), target, "has no model_settings.json"),
+                 (empty_run, target, "no checkpoint in"),
+                 (self.train_dir, a_file, "is a file")]
+        for source, export_dir, message in cases:
+            with self.assertRaisesRegex(exporter.ExportError, message):
+                exporter.export_training_run(source, export_dir, log=lambda line: None)
+            self.assertFalse(os.path.exists(target))
+        with self.assertRaisesRegex(classifier.ModelSourceError, "neither an export"):
+            classifier.open_model(testing_utils.temp_dir("nothing"), log=lambda line: None)
+
+
+class ClassifyTest(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.source = RUN
+        cls.folder = testing_utils.temp_dir("images")
+        for index, data in enumerate(RUN.images_bytes[:4]):
+            with open(os.path.join(cls.folder, f"image{index}.jpg"), "wb") as handle:
+                handle.write(data)
+        with open(os.path.join(cls.folder, "image1b.jpg"), "w", encoding="utf-8") as handle:
+            handle.write("not an image")
+
+    def test_a_bad_image_is_reported_and_the_rest_classified(self):
+        files, missing = classifier.image_files([self.folder, "/no/such/file.jpg"])
+        self.assertEqual(missing, ["/no/such/file.jpg"])
+        predict = classifier.open_model(self.source.export_dir, log=lambda line: None)
+        predictions = list(classifier.classify_files(predict, files, batch_size=3))
+        self.assertEqual([os.path.basename(p.path) for p in predictions],
+                         ["image0.jpg", "image1.jpg", "image1b.jpg", "image2.jpg", "image3.jpg"])
+        self.assertIn("not a readable JPEG, PNG, GIF or BMP image", predictions[2].error)
+        expected = RUN.serving_outputs(RUN.images_bytes[:4])
+        good = [p for p in predictions if not p.error]
+        self.assertEqual([p.classes[0] for p in good], list(expected["classes"][:, 0]))
+
+    def test_a_training_directory_classifies_like_its_export(self):
+        files, _ = classifier.image_files([self.folder])
+        files = [path for path in files if "1b" not in path]
+        from_export = classifier.classify_files(
+            classifier.open_model(self.source.export_dir, log=lambda line: None), files)
+        from_checkpoint = classifier.classify_files(
+            classifier.open_model(self.source.train_dir, log=lambda line: None), files)
+        for exported, in_memory in zip(from_export, from_checkpoint):
+            self.assertEqual(exported.classes, in_memory.classes)
+            np.testing.assert_allclose(exported.probabilities, in_memory.probabilities,
+                                       rtol=1e-4)
+
+    def test_the_binary_prints_blocks_writes_json_and_exits_1(self):
+        output_json = os.path.join(testing_utils.temp_dir("json"), "out.jsonl")
+        completed = subprocess.run(
+            [sys.executable, "-m", "inception.classify", f"--model={self.source.export_dir}",
+             f"--output_json={output_json}", self.folder],
+            capture_output=True, text=True, timeout=240, check=False,
+            env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+        self.assertEqual(completed.returncode, 1, completed.stderr[-2000:])
+        self.assertIn("1 of 5 images could not be classified", completed.stderr)
+        self.assertIn("image1b.jpg\n  error: not a readable", completed.stdout)
+        with open(output_json, encoding="utf-8") as handle:
+            lines = [json.loads(line) for line in handle]
+        self.assertEqual(len(lines), 5)
+        self.assertEqual(len(lines[0]["top_k"]), 5)
+        self.assertIn(lines[0]["top_k"][0]["label"], demo_data.CLASS_NAMES + ("background",))
+
+
+if __name__ == "__main__":
+    sharding.main()

@@ -72,7 +72,8 @@ def write_demo_data(output_dir, counts):
             with tf.io.TFRecordWriter(path) as writer:
                 for record in records[shard::num_shards]:
                     writer.write(tfrecord_format.make_example(record).SerializeToString())
-    tfrecord_format.write_labels_file(os.path.join(output_dir, "labels.txt"), CLASS_NAMES)
+    tfrecord_format.write_labels_file(
+        os.path.join(output_dir, tfrecord_format.LABELS_FILE), CLASS_NAMES)
 
 
 def make_record(split, index):

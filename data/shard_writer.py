@@ -22,7 +22,6 @@ from PIL import Image
 from data import tfrecord_format
 from inception.progress import ProgressBar
 
-LABELS_FILE = "labels.txt"
 SHUFFLE_SEED = 12345
 # Pillow's advice: above 95 the file grows a lot for no visible gain.
 JPEG_QUALITY = 95
@@ -176,7 +175,7 @@ def check_output_directory(output_dir, splits, label_names):
                 f"{output_dir} already contains {len(existing)} {split} shard(s) (e.g. "
                 f"{os.path.basename(existing[0])}); use another --output_directory or delete "
                 "them first.")
-    labels_path = os.path.join(output_dir, LABELS_FILE)
+    labels_path = os.path.join(output_dir, tfrecord_format.LABELS_FILE)
     if os.path.exists(labels_path) and (
             tfrecord_format.read_labels_file(labels_path) != list(label_names)):
         raise BuildError(f"{labels_path} already exists and lists other labels; use another "
@@ -212,7 +211,8 @@ def build_shards(plans, output_dir, label_names, num_threads, log=print, progres
     except BaseException:
         _remove_files(temporary_paths.values())
         raise
-    tfrecord_format.write_labels_file(os.path.join(output_dir, LABELS_FILE), label_names)
+    tfrecord_format.write_labels_file(
+        os.path.join(output_dir, tfrecord_format.LABELS_FILE), label_names)
     for line in summary_lines(results, output_dir):
         log(line)
     return results

@@ -11,6 +11,8 @@ import re
 
 import tensorflow as tf
 
+LABELS_FILE = "labels.txt"  # beside the shards: line i names label i
+
 SHARD_PATTERN = re.compile(r"^(?P<split>[a-z]+)-(?P<index>\d{5})-of-(?P<total>\d{5})$")
 
 

@@ -16,7 +16,7 @@ from data import tfrecord_format
 from inception.image_processing import CropSettings
 from inception.options import DATASET_NAMES
 
-LABELS_FILE = "labels.txt"
+LABELS_FILE = tfrecord_format.LABELS_FILE
 
 
 class DataError(ValueError):

@@ -273,10 +273,8 @@ class ClusterWorker(train_loop.Replica):
     def wrap_optimizer(self, optimizer, moving_average, variables):
         """The synchronous-replicas version of `optimizer`; its update (run by the chief) also
         updates `moving_average` of `variables`, once per global step."""
-        if self._sync_optimizer is not None:
-            raise ClusterConfigError("distributed training runs one-stage training plans only; "
-                                     "train the stages one after the other, each as its own "
-                                     "run with --trainable_scopes.")
+        # The user-facing rule (one-stage plans only) lives in training.check_cluster_options.
+        assert self._sync_optimizer is None, "a second stage on a cluster"
         self._sync_optimizer = tf1.train.SyncReplicasOptimizer(
             optimizer, replicas_to_aggregate=self.settings.replicas_to_aggregate,
             total_num_replicas=self.settings.num_workers, variable_averages=moving_average,

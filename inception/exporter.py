@@ -22,7 +22,6 @@ import tensorflow as tf
 
 from data import tfrecord_format
 from inception import checkpoints
-from inception import datasets
 from inception import errors
 from inception import evaluator
 from inception import image_processing
@@ -183,7 +182,7 @@ def newest_checkpoint(checkpoint_dir):
 def stored_label_names(stored_run, log=print):
     """Label names from the labels.txt of the run's data directory; () with a note when that
     directory has none (the labels are then shown as numbers)."""
-    path = os.path.join(stored_run.data_dir, datasets.LABELS_FILE)
+    path = os.path.join(stored_run.data_dir, tfrecord_format.LABELS_FILE)
     if stored_run.data_dir and tf.io.gfile.exists(path):
         return tuple(tfrecord_format.read_labels_file(path))
     log(f"note: no {path}; labels will be shown as numbers.")

@@ -2,8 +2,11 @@
 
 The model is the original's: label smoothing 0.1 on the main logits, the auxiliary head's loss
 weighted 0.4, L2 weight decay 0.00004 collected once as regularization (towers.py adds it).
+One change in how it is built, not in what it computes: dropout is a mask multiply (see
+dropout_as_mask_multiply).
 """
 
+import contextlib
 import dataclasses
 
 import tensorflow as tf
@@ -12,12 +15,15 @@ from inception import mixed_precision
 from inception.compat import tf_slim as slim
 from inception.options import MIN_AUX_IMAGE_SIZE
 from inception.options import MIN_IMAGE_SIZE
+from tf_slim.layers import layers as slim_layers
+from tf_slim.layers import utils as slim_utils
 from tf_slim.nets import inception_v3
 
 LABEL_SMOOTHING = 0.1
 AUX_LOSS_WEIGHT = 0.4
 WEIGHT_DECAY = 0.00004
 MODEL_SCOPE = "InceptionV3"
+BATCH_NORM_DECAY = 0.9997  # the original's decay of the batch-norm moving statistics
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +54,7 @@ def has_aux_head(image_size):
     return image_size >= MIN_AUX_IMAGE_SIZE
 
 
-def inception_logits(images, settings, is_training, batch_norm_decay=0.9997):
+def inception_logits(images, settings, is_training, batch_norm_decay=BATCH_NORM_DECAY):
     """Builds Inception v3 on `images` under variable scope `InceptionV3`.
 
     Args:
@@ -63,12 +69,49 @@ def inception_logits(images, settings, is_training, batch_norm_decay=0.9997):
     """
     arg_scope = inception_v3.inception_v3_arg_scope(
         weight_decay=WEIGHT_DECAY, batch_norm_decay=batch_norm_decay)
-    with slim.arg_scope(arg_scope):
+    with slim.arg_scope(arg_scope), dropout_as_mask_multiply():
         logits, end_points = inception_v3.inception_v3(
             images, num_classes=settings.num_classes, is_training=is_training,
             depth_multiplier=settings.depth_multiplier,
             create_aux_logits=has_aux_head(settings.image_size), scope=MODEL_SCOPE)
     return logits, end_points.get("AuxLogits")
+
+
+@contextlib.contextmanager
+def dropout_as_mask_multiply():
+    """While building the network: tf-slim's dropout as a multiply by a scaled 0/1 mask instead
+    of TensorFlow's `SelectV2(keep, x, 0)`.
+
+    Grappler's layout optimizer cannot permute that scalar 0 when the dropout input is 4-D
+    (Inception's Logits/Dropout_1b), logs "layout failed ... SelectV2" and then skips the
+    NHWC->NCHW conversion of the whole GPU graph (seen on an H200 with TF 2.21). Same
+    semantics: in training each element is kept with probability keep_prob and scaled by
+    1 / keep_prob; otherwise the input passes through. tf_slim.nets.inception_v3 calls the
+    module attribute, so it is swapped for the build and put back after.
+    """
+    original = slim_layers.dropout
+    slim_layers.dropout = mask_dropout
+    try:
+        yield
+    finally:
+        slim_layers.dropout = original
+
+
+@slim.add_arg_scope
+def mask_dropout(inputs, keep_prob=0.5, noise_shape=None, is_training=True,
+                 outputs_collections=None, scope=None, seed=None):
+    """tf-slim's dropout (same arguments) built from a mask multiply."""
+    with tf.compat.v1.variable_scope(scope, "Dropout", [inputs]) as variable_scope:
+        inputs = tf.convert_to_tensor(inputs)
+
+        def drop():
+            shape = tf.shape(inputs) if noise_shape is None else noise_shape
+            kept = tf.random.uniform(shape, seed=seed) < keep_prob
+            return inputs * (tf.cast(kept, inputs.dtype) / tf.cast(keep_prob, inputs.dtype))
+
+        outputs = slim_utils.smart_cond(is_training, drop, lambda: tf.identity(inputs))
+        return slim_utils.collect_named_outputs(outputs_collections, variable_scope.name,
+                                                outputs)
 
 
 def classification_losses(logits, aux_logits, labels, num_classes):

@@ -52,7 +52,8 @@ class Stage:
 
 @dataclasses.dataclass(frozen=True)
 class TrainingPlan:
-    """Stages in order; `single` is True for the default one-stage plan (original names)."""
+    """Stages in order. A one-stage plan keeps the original's optimizer variable names
+    (`.../RMSProp`, see make_optimizer)."""
     stages: tuple
 
     @property

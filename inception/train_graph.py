@@ -15,11 +15,11 @@ from inception import loss_scaling
 from inception import stages as stages_lib
 from inception import staging
 from inception import towers as towers_lib
+from inception.model import BATCH_NORM_DECAY
 
 tf1 = tf.compat.v1
 
 MOVING_AVERAGE_DECAY = 0.9999
-BATCH_NORM_DECAY = 0.9997
 VARIABLE_DEVICE = "/cpu:0"
 
 
@@ -168,9 +168,8 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices, p
         moving_average.apply(tf1.trainable_variables())
         loss_scale = (loss_scaling.create_loss_scale(initial_loss_scale)
                       if initial_loss_scale is not None else None)
-    if loss_scale is not None and wrap_optimizer is not None:
-        raise ValueError("loss scaling (fp16) cannot be combined with synchronous replicas; "
-                         "use --precision=fp32 for distributed training.")
+    # The user-facing rule (no fp16 on a cluster) lives in options.py; this is its invariant.
+    assert loss_scale is None or wrap_optimizer is None, "loss scaling with sync replicas"
     step_extras = towers_lib.batch_norm_updates(towers) + ([staged.put_op] if staged else [])
     shared = _SharedParts(towers, regularization, schedule, bn_decay, global_step,
                           moving_average, step_extras, input_batch, histograms,

@@ -4,7 +4,6 @@ import io
 import os
 import subprocess
 import sys
-import tempfile
 import unittest
 from unittest import mock
 
@@ -17,6 +16,7 @@ from data import shard_writer
 from data import tfrecord_format
 from inception import input_pipeline
 from tests import sharding
+from tests import testing_utils
 
 tf1 = tf.compat.v1
 
@@ -26,11 +26,6 @@ ORIGINAL_KEYS = {
     "image/object/bbox/ymin", "image/object/bbox/xmax", "image/object/bbox/ymax",
     "image/object/bbox/label", "image/format", "image/filename", "image/encoded"}
 RED = (200, 30, 30)
-
-
-def temp_dir():
-    """A fresh directory under Bazel's TEST_TMPDIR (or the system's temporary directory)."""
-    return tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
 
 
 def save_image(path, mode, size=(32, 24), colour=RED, image_format=None):
@@ -116,7 +111,7 @@ class RoundTripTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.root = temp_dir()
+        cls.root = testing_utils.temp_dir("build")
         cls.expected = make_tree(cls.root)
         labels_file = os.path.join(cls.root, "labels.txt")
         with open(labels_file, "w", encoding="utf-8") as handle:
@@ -175,7 +170,7 @@ class RoundTripTest(unittest.TestCase):
         labels = [e["image/class/label"][0] for e in self.train]
         self.assertNotEqual(labels, sorted(labels))
         self.assertNotEqual(labels, sorted(labels, reverse=True))
-        again = os.path.join(temp_dir(), "again")
+        again = os.path.join(testing_utils.temp_dir("build"), "again")
         build(self.root, again, labels_file=os.path.join(self.root, "labels.txt"))
         for name in os.listdir(self.output_dir):
             with open(os.path.join(self.output_dir, name), "rb") as first, \
@@ -202,7 +197,7 @@ class RoundTripTest(unittest.TestCase):
 class LabelsAndSkippedImagesTest(unittest.TestCase):
 
     def test_labels_default_to_sorted_train_folders(self):
-        root = temp_dir()
+        root = testing_utils.temp_dir("build")
         make_tree(root)
         output_dir = os.path.join(root, "out")
         build(root, output_dir, validation_dir="")
@@ -215,7 +210,7 @@ class LabelsAndSkippedImagesTest(unittest.TestCase):
         self.assertEqual(tfrecord_format.list_shards(output_dir, "validation"), [])
 
     def test_undecodable_images_are_skipped_named_and_counted(self):
-        root = temp_dir()
+        root = testing_utils.temp_dir("build")
         make_tree(root)
         daisy = os.path.join(root, "train", "daisy")
         with open(os.path.join(daisy, "rgb.jpg"), "rb") as handle:
@@ -242,7 +237,7 @@ class LabelsAndSkippedImagesTest(unittest.TestCase):
 class BadInputTest(unittest.TestCase):
 
     def setUp(self):
-        self.root = temp_dir()
+        self.root = testing_utils.temp_dir("build")
         make_tree(self.root)
         self.output_dir = os.path.join(self.root, "out")
 
@@ -311,7 +306,7 @@ class EntryPointTest(unittest.TestCase):
                               capture_output=True, text=True, timeout=120, env=env, check=False)
 
     def test_builds_from_relative_paths_with_a_progress_bar(self):
-        root = temp_dir()
+        root = testing_utils.temp_dir("build")
         make_tree(root)
         result = self.run_builder("--train_directory=train", "--validation_directory=validation",
                                   "--output_directory=out", cwd_for_paths=root)
@@ -322,7 +317,7 @@ class EntryPointTest(unittest.TestCase):
         self.assertEqual(len(tfrecord_format.list_shards(os.path.join(root, "out"), "train")), 2)
 
     def test_bad_input_is_one_line_error(self):
-        root = temp_dir()
+        root = testing_utils.temp_dir("build")
         make_tree(root)
         result = self.run_builder("--train_directory=train", "--output_directory=out",
                                   "--train_shards=3", cwd_for_paths=root)

@@ -4,7 +4,6 @@ import io
 import os
 import subprocess
 import sys
-import tempfile
 import unittest
 
 import tensorflow as tf
@@ -16,6 +15,7 @@ from data import shard_writer
 from data import tfrecord_format
 from inception import input_pipeline
 from tests import sharding
+from tests import testing_utils
 
 tf1 = tf.compat.v1
 
@@ -29,11 +29,6 @@ n01440764_1.JPEG,-0.1,0.3,1.2,0.9
 n01443537_1.JPEG,0.5,0.5,0.5,0.9
 ILSVRC2012_val_00000002.JPEG,0.25,0.25,0.75,0.75
 """
-
-
-def temp_dir():
-    """A fresh directory under Bazel's TEST_TMPDIR (or the system's temporary directory)."""
-    return tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
 
 
 def write_file(path, text):
@@ -97,7 +92,7 @@ class ImageNetBuildTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.root = temp_dir()
+        cls.root = testing_utils.temp_dir("build")
         cls.paths = make_fake_imagenet(cls.root)
         cls.output_dir = os.path.join(cls.root, "out")
         cls.results = build(cls.output_dir, cls.paths)
@@ -151,7 +146,7 @@ class ImageNetBuildTest(unittest.TestCase):
 class ImageNetBadInputTest(unittest.TestCase):
 
     def setUp(self):
-        self.root = temp_dir()
+        self.root = testing_utils.temp_dir("build")
         self.paths = make_fake_imagenet(self.root)
         self.output_dir = os.path.join(self.root, "out")
 
@@ -203,7 +198,7 @@ def write_annotation(directory, name, synset, *boxes):
 class ProcessBoundingBoxesTest(unittest.TestCase):
 
     def test_xml_annotations_become_normalised_clipped_csv_lines(self):
-        root = temp_dir()
+        root = testing_utils.temp_dir("build")
         annotations = os.path.join(root, "bbox")
         write_annotation(annotations, "n01440764_1", "n01440764", (20, 10, 120, 60),
                          (-5, 50, 250, 100))
@@ -223,7 +218,7 @@ class ProcessBoundingBoxesTest(unittest.TestCase):
                          (tfrecord_format.BoundingBox(0.0, 0.0, 0.5, 1.0),))
 
     def test_entry_points_from_xml_to_shards(self):
-        root = temp_dir()
+        root = testing_utils.temp_dir("build")
         paths = make_fake_imagenet(root)
         write_annotation(os.path.join(root, "bbox"), "n01484850_2", "n01484850",
                          (100, 25, 200, 75))

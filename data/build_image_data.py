@@ -5,7 +5,7 @@ train-00000-of-0000N / validation-... shards in the original Inception format, p
 Flags follow the original tensorflow/models build_image_data.py.
 """
 
-from inception import cli
+from common import cli
 
 cli.quiet_tensorflow()
 

@@ -5,7 +5,7 @@ and the bounding boxes of --bounding_box_file. Flags follow the original tensorf
 build_imagenet_data.py, plus --validation_labels_file for the flat validation folder.
 """
 
-from inception import cli
+from common import cli
 
 cli.quiet_tensorflow()
 

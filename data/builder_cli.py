@@ -3,7 +3,7 @@ per builder, as in the original scripts) and running a build with one-line error
 
 from absl import flags
 
-from inception import cli
+from common import cli
 
 FLAGS = flags.FLAGS
 

@@ -10,7 +10,7 @@ import os
 
 from data import shard_writer
 from data import tfrecord_format
-from data.shard_writer import BuildError
+from data.errors import BuildError
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,7 +16,7 @@ from data import bounding_boxes
 from data import image_folders
 from data import shard_writer
 from data import tfrecord_format
-from data.shard_writer import BuildError
+from data.errors import BuildError
 
 _DATA_DIR = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_SYNSETS_FILE = os.path.join(_DATA_DIR, "imagenet_lsvrc_2015_synsets.txt")

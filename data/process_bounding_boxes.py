@@ -5,14 +5,11 @@ ILSVRC2012_bbox_train_v2.tar.gz) and writes `filename,xmin,ymin,xmax,ymax` lines
 to [0, 1], for //data:build_imagenet_data --bounding_box_file.
 """
 
-from inception import cli
+from absl import app
+from absl import flags
 
-cli.quiet_tensorflow()
-
-from absl import app  # noqa: E402  pylint: disable=wrong-import-position
-from absl import flags  # noqa: E402  pylint: disable=wrong-import-position
-
-from data import bounding_boxes  # noqa: E402  pylint: disable=wrong-import-position
+from common import cli
+from data import bounding_boxes
 
 FLAGS = flags.FLAGS
 

@@ -19,8 +19,9 @@ import numpy as np
 import tensorflow as tf
 from PIL import Image
 
+from common.progress import ProgressBar
 from data import tfrecord_format
-from inception.progress import ProgressBar
+from data.errors import BuildError
 
 SHUFFLE_SEED = 12345
 # Pillow's advice: above 95 the file grows a lot for no visible gain.
@@ -31,10 +32,6 @@ _JPEG_END_WINDOW = 64
 _JPEG_END_MARKER = b"\xff\xd9"
 _PASS_THROUGH_FORMATS = ("JPEG", "MPO")  # MPO: a camera JPEG with extra frames appended
 _PILLOW_DECODE_ERRORS = (OSError, SyntaxError, ValueError, Image.DecompressionBombError)
-
-
-class BuildError(ValueError):
-    """The builder's input or output directory cannot be used; the message says what to do."""
 
 
 class UndecodableImageError(Exception):

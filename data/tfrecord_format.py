@@ -2,14 +2,15 @@
 
 One `tf.train.Example` per image with the keys below; labels are 1-based, 0 is background.
 Shards are named `<split>-00000-of-01024`. Both our builders and the training input pipeline
-use this module, so the two cannot drift apart.
+use this module, so the two cannot drift apart. TensorFlow is loaded only to make an Example,
+so tools that need just the names here (the box CSV converter) never start it.
 """
 
 import dataclasses
 import os
 import re
 
-import tensorflow as tf
+from common import files
 
 LABELS_FILE = "labels.txt"  # beside the shards: line i names label i
 
@@ -38,20 +39,19 @@ class ImageRecord:
     boxes: tuple = ()
 
 
-def _bytes(values):
-    return tf.train.Feature(bytes_list=tf.train.BytesList(value=list(values)))
-
-
-def _ints(values):
-    return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
-
-
-def _floats(values):
-    return tf.train.Feature(float_list=tf.train.FloatList(value=list(values)))
-
-
 def make_example(record):
     """Returns the `tf.train.Example` for an `ImageRecord`, keyed as the original builders do."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+    def _bytes(values):
+        return tf.train.Feature(bytes_list=tf.train.BytesList(value=list(values)))
+
+    def _ints(values):
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
+
+    def _floats(values):
+        return tf.train.Feature(float_list=tf.train.FloatList(value=list(values)))
+
     boxes = record.boxes
     features = {
         "image/height": _ints([record.height]),
@@ -92,24 +92,10 @@ def list_shards(data_dir, split):
 
 def write_labels_file(path, labels):
     """Writes one label per line, in label order (line 1 is label 1), atomically."""
-    write_text_atomically(path, "".join(f"{label}\n" for label in labels))
+    files.write_text_atomically(path, "".join(f"{label}\n" for label in labels))
 
 
 def read_labels_file(path):
     """Returns the non-empty lines of a labels file; line i (1-based) names label i."""
     with open(path, encoding="utf-8") as handle:
         return [line.strip() for line in handle if line.strip()]
-
-
-def write_text_atomically(path, text):
-    """Writes `text` to `path` via a temporary name and a rename, so readers never see half; a
-    failed write (a full disk) removes the temporary file and raises the OSError."""
-    temporary = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(temporary, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(temporary, path)
-    except OSError:
-        if os.path.exists(temporary):
-            os.remove(temporary)
-        raise

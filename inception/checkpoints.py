@@ -15,7 +15,7 @@ import shutil
 import numpy as np
 import tensorflow as tf
 
-from data import tfrecord_format
+from common import files
 from inception import errors
 from inception.model import ModelSettings
 
@@ -45,7 +45,7 @@ def write_stored_run(train_dir, run):
             if handle.read() == text:
                 return
     try:
-        tfrecord_format.write_text_atomically(path, text)
+        files.write_text_atomically(path, text)
     except OSError as error:
         raise CheckpointError(f"cannot write {path}: {error.strerror or error}; free some space "
                               "or fix the directory, then rerun.") from None

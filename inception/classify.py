@@ -42,7 +42,7 @@ def main(argv):
     model_path, paths, output_json = check_flags(argv)
     cli.quiet_tensorflow()
     from inception import classifier  # pylint: disable=import-outside-toplevel
-    from inception.progress import ProgressBar  # pylint: disable=import-outside-toplevel
+    from common.progress import ProgressBar  # pylint: disable=import-outside-toplevel
     files, missing = classifier.image_files(paths)
     for path in missing:
         print(f"error: {path} does not exist", file=sys.stderr, flush=True)

@@ -1,11 +1,13 @@
-"""What the entry points share: quiet TensorFlow start-up, user paths, one-line errors."""
+"""What inception's entry points share: common.cli (re-exported here, so `cli.fail(...)` and
+the like work unchanged) plus XLA on CPUs and a quiet start-up that also loads tf-slim."""
 
-import contextlib
 import os
-import sys
-import tempfile
-import warnings
 
+from common import cli as common_cli
+from common.cli import fail, log, parse_flags, user_path
+
+__all__ = ["CPU_XLA_FLAG", "allow_xla_on_cpu", "fail", "log", "parse_flags", "quiet_tensorflow",
+           "user_path"]
 
 CPU_XLA_FLAG = "--tf_xla_cpu_global_jit"
 
@@ -23,70 +25,9 @@ def allow_xla_on_cpu():
 
 
 def quiet_tensorflow():
-    """Hides TensorFlow's start-up chatter (C++ info lines, deprecation notices). Call first.
-
-    TensorFlow's C++ logging writes to file descriptor 2 before any setting can stop it, so
-    the imports run with that descriptor sent to a temporary file, which is shown only if an
-    import fails; the GPU platform is initialized there too (on a machine without GPUs it
-    logs "failed call to cuInit").
-    """
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    allow_xla_on_cpu()  # before the device listing below fixes TensorFlow's XLA flags
-    warnings.filterwarnings("ignore", category=UserWarning, module="tensorflow")
-    warnings.filterwarnings("ignore", category=UserWarning, module="tf_keras")
-    with _native_stderr_held_back():
-        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    """common.cli.quiet_tensorflow() with XLA allowed on CPUs, then tf-slim made to work on
+    this TensorFlow (inception.compat), its import as quiet as TensorFlow's. Call first."""
+    allow_xla_on_cpu()  # before common's quiet_tensorflow lists the devices
+    common_cli.quiet_tensorflow()
+    with common_cli.native_stderr_held_back():
         from inception import compat  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
-        tf.config.list_physical_devices("GPU")  # initializes CUDA once, here, quietly
-    tf.get_logger().setLevel("ERROR")
-    from absl import logging  # pylint: disable=import-outside-toplevel
-    logging.set_verbosity(logging.ERROR)
-
-
-@contextlib.contextmanager
-def _native_stderr_held_back():
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as held:
-        os.dup2(held.fileno(), 2)
-        try:
-            yield
-        except BaseException:
-            os.dup2(saved, 2)
-            held.seek(0)
-            sys.stderr.write(held.read().decode(errors="replace"))
-            raise
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-
-
-def user_path(path):
-    """`path` as the user meant it: `bazel run` starts us in the runfiles tree, so a relative
-    path is taken relative to the directory the command was typed in."""
-    if not path:
-        return path
-    path = os.path.expanduser(path)
-    base = os.environ.get("BUILD_WORKING_DIRECTORY", os.getcwd())
-    return os.path.normpath(os.path.join(base, path))
-
-
-def fail(message, code=1):
-    """Prints `error: message` on one line to stderr and exits with `code`."""
-    print(f"error: {' '.join(str(message).split())}", file=sys.stderr, flush=True)
-    sys.exit(code)
-
-
-def log(message):
-    """Progress output of the entry points: stdout, flushed at once."""
-    print(message, flush=True)
-
-
-def parse_flags(argv):
-    """absl flags parser for `app.run(main, flags_parser=cli.parse_flags)`: a bad flag or value
-    becomes one line `error: ...` and exit status 2."""
-    from absl import flags  # pylint: disable=import-outside-toplevel
-    try:
-        return flags.FLAGS(argv)
-    except flags.Error as error:
-        fail(f"{error} (see --help)", code=2)

@@ -18,6 +18,7 @@ import math
 
 import tensorflow as tf
 
+from common import machine
 from inception.options import PRECISIONS
 
 tf1 = tf.compat.v1
@@ -184,12 +185,7 @@ def session_config(placement, intra_op_threads=0, inter_op_threads=0):
 
 def cpu_supports_bf16(cpuinfo_path="/proc/cpuinfo"):
     """True when the CPU has bf16 matrix instructions (AVX512-BF16 or AMX-BF16)."""
-    try:
-        with open(cpuinfo_path, encoding="utf-8") as handle:
-            flags = next((line.split(":", 1)[1].split() for line in handle
-                          if line.startswith("flags")), [])
-    except OSError:
-        return False
+    flags = machine.cpu_flags(cpuinfo_path)
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 

@@ -12,11 +12,11 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from common.progress import ProgressBar
 from inception import checkpoints
 from inception import errors
 from inception import input_pipeline
 from inception import model
-from inception.progress import ProgressBar
 
 tf1 = tf.compat.v1
 

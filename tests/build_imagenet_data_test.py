@@ -1,6 +1,8 @@
-"""ImageNet builder and XML -> CSV boxes on a tiny fake ImageNet; the bundled metadata files."""
+"""ImageNet builder and XML -> CSV boxes on a tiny fake ImageNet; the bundled metadata files;
+what the builders' entry points load."""
 
 import io
+import json
 import os
 import subprocess
 import sys
@@ -256,6 +258,36 @@ class BundledMetadataTest(unittest.TestCase):
         self.assertEqual(names["n01440764"], "tench, Tinca tinca")
         self.assertEqual(names["n15075141"], "toilet tissue, toilet paper, bathroom tissue")
         self.assertTrue(all(name and "\t" not in name for name in names.values()))
+
+
+def modules_loaded_by_import(module):
+    """{"tensorflow", "tf_slim", "inception"}: whether each is in sys.modules after a fresh
+    process imports `module`."""
+    script = ("import json, sys\n"
+              f"import {module}\n"
+              "names = ('tensorflow', 'tf_slim', 'inception')\n"
+              "print(json.dumps({name: name in sys.modules for name in names}))\n")
+    completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                               timeout=300, check=False,
+                               env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    if completed.returncode != 0:
+        raise AssertionError(f"importing {module} failed: {completed.stderr[-3000:]}")
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+class BuilderImportsTest(unittest.TestCase):
+    """Building shards needs TensorFlow but never tf-slim or the application; converting boxes
+    needs neither. Each module in its own process: importing one defines its flags."""
+
+    def test_shard_builders_load_no_tf_slim_and_nothing_of_inception(self):
+        for module in ("data.build_image_data", "data.build_imagenet_data"):
+            loaded = modules_loaded_by_import(module)
+            self.assertFalse(loaded["tf_slim"], module)
+            self.assertFalse(loaded["inception"], module)
+
+    def test_the_box_converter_loads_no_tensorflow(self):
+        loaded = modules_loaded_by_import("data.process_bounding_boxes")
+        self.assertEqual(loaded, {"tensorflow": False, "tf_slim": False, "inception": False})
 
 
 if __name__ == "__main__":

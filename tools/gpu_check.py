@@ -26,6 +26,9 @@ import time
 from absl import app
 from absl import flags
 
+from common import files
+from common import machine
+
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out", "gpu_check_out", "Directory for the report, plot, trace and log.")
 flags.DEFINE_float("budget_secs", 480, "Wall time the whole check may take.")
@@ -117,13 +120,10 @@ def report_name():
     """gpu-<first GPU's short name>.json, e.g. gpu-h200.json."""
     if FLAGS.report_name:
         return FLAGS.report_name
-    try:
-        name = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                              capture_output=True, text=True, check=False,
-                              timeout=60).stdout.splitlines()[0]
-    except (OSError, IndexError, subprocess.TimeoutExpired):
+    gpus = machine.nvidia_gpus()
+    if not gpus:
         return "gpu-unknown.json"
-    short = name.lower().replace("nvidia", "").split()
+    short = gpus[0][0].lower().replace("nvidia", "").split()
     return "gpu-" + "-".join(re.sub(r"[^a-z0-9]", "", word) for word in short[:1]) + ".json"
 
 
@@ -207,9 +207,7 @@ def main(argv):
                        "benchmark_exit": status}
     report["complete"] = bool(report.get("complete")) and gpu_tests is not None and all(
         value is not None for value in demo_precision.values())
-    with open(report_path + ".partial", "w", encoding="utf-8") as handle:
-        json.dump(report, handle, indent=2)
-    os.replace(report_path + ".partial", report_path)
+    files.write_text_atomically(report_path, json.dumps(report, indent=2))
     log(f"gpu tests: {gpu_tests}; demo precision@1: {demo_precision}")
     log(f"report: {report_path} (complete: {report['complete']}); log: {check_log.path}")
 

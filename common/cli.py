@@ -1,0 +1,78 @@
+"""What every entry point shares, TensorFlow or not: quiet TensorFlow start-up, user paths,
+one-line errors, flag parsing."""
+
+import contextlib
+import os
+import sys
+import tempfile
+import warnings
+
+
+def quiet_tensorflow():
+    """Hides TensorFlow's start-up chatter (C++ info lines, deprecation notices). Call first.
+
+    TensorFlow's C++ logging writes to file descriptor 2 before any setting can stop it, so
+    the import runs with that descriptor sent to a temporary file, which is shown only if the
+    import fails; the GPU platform is initialized there too (on a machine without GPUs it
+    logs "failed call to cuInit"). Loads TensorFlow only: tf-slim is inception.cli's business.
+    """
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    warnings.filterwarnings("ignore", category=UserWarning, module="tensorflow")
+    warnings.filterwarnings("ignore", category=UserWarning, module="tf_keras")
+    with native_stderr_held_back():
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        tf.config.list_physical_devices("GPU")  # initializes CUDA once, here, quietly
+    tf.get_logger().setLevel("ERROR")
+    from absl import logging  # pylint: disable=import-outside-toplevel
+    logging.set_verbosity(logging.ERROR)
+
+
+@contextlib.contextmanager
+def native_stderr_held_back():
+    """Sends file descriptor 2 (where C++ code logs) to a temporary file for the `with` block;
+    what was held back is written to stderr only when the block raises."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        except BaseException:
+            os.dup2(saved, 2)
+            held.seek(0)
+            sys.stderr.write(held.read().decode(errors="replace"))
+            raise
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+def user_path(path):
+    """`path` as the user meant it: `bazel run` starts us in the runfiles tree, so a relative
+    path is taken relative to the directory the command was typed in."""
+    if not path:
+        return path
+    path = os.path.expanduser(path)
+    base = os.environ.get("BUILD_WORKING_DIRECTORY", os.getcwd())
+    return os.path.normpath(os.path.join(base, path))
+
+
+def fail(message, code=1):
+    """Prints `error: message` on one line to stderr and exits with `code`."""
+    print(f"error: {' '.join(str(message).split())}", file=sys.stderr, flush=True)
+    sys.exit(code)
+
+
+def log(message):
+    """Progress output of the entry points: stdout, flushed at once."""
+    print(message, flush=True)
+
+
+def parse_flags(argv):
+    """absl flags parser for `app.run(main, flags_parser=cli.parse_flags)`: a bad flag or value
+    becomes one line `error: ...` and exit status 2."""
+    from absl import flags  # pylint: disable=import-outside-toplevel
+    try:
+        return flags.FLAGS(argv)
+    except flags.Error as error:
+        fail(f"{error} (see --help)", code=2)

@@ -1,0 +1,6 @@
+"""The builders' error, in a module of its own so that TensorFlow-free tools (the box CSV
+converter) can raise it without loading the shard writer."""
+
+
+class BuildError(ValueError):
+    """The builder's input or output directory cannot be used; the message says what to do."""

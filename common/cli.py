@@ -7,6 +7,8 @@ import sys
 import tempfile
 import warnings
 
+from common import files
+
 
 def quiet_tensorflow():
     """Hides TensorFlow's start-up chatter (C++ info lines, deprecation notices). Call first.
@@ -50,7 +52,7 @@ def native_stderr_held_back():
 def user_path(path):
     """`path` as the user meant it: `bazel run` starts us in the runfiles tree, so a relative
     path is taken relative to the directory the command was typed in."""
-    if not path:
+    if not path or files.is_url(path):
         return path
     path = os.path.expanduser(path)
     base = os.environ.get("BUILD_WORKING_DIRECTORY", os.getcwd())

@@ -80,10 +80,11 @@ def shard_name(split, index, num_shards):
 
 def list_shards(data_dir, split):
     """Sorted paths of the complete shards of `split` in `data_dir` (temporary files ignored)."""
-    if not os.path.isdir(data_dir):
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    if not tf.io.gfile.isdir(data_dir):
         return []
     names = []
-    for name in os.listdir(data_dir):
+    for name in tf.io.gfile.listdir(data_dir):
         match = SHARD_PATTERN.match(name)
         if match and match.group("split") == split:
             names.append(name)
@@ -97,5 +98,4 @@ def write_labels_file(path, labels):
 
 def read_labels_file(path):
     """Returns the non-empty lines of a labels file; line i (1-based) names label i."""
-    with open(path, encoding="utf-8") as handle:
-        return [line.strip() for line in handle if line.strip()]
+    return [line.strip() for line in files.read_text(path).splitlines() if line.strip()]

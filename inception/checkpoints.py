@@ -6,7 +6,6 @@ a resumed run cannot silently change the model.
 """
 
 import dataclasses
-import glob
 import json
 import os
 import re
@@ -40,8 +39,8 @@ def write_stored_run(train_dir, run):
     payload = dict(dataclasses.asdict(run.settings), data_dir=run.data_dir)
     text = json.dumps(payload, indent=2, sort_keys=True) + "\n"
     path = os.path.join(train_dir, SETTINGS_FILE)
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as handle:
+    if tf.io.gfile.exists(path):
+        with tf.io.gfile.GFile(path) as handle:
             if handle.read() == text:
                 return
     try:
@@ -49,16 +48,19 @@ def write_stored_run(train_dir, run):
     except OSError as error:
         raise CheckpointError(f"cannot write {path}: {error.strerror or error}; free some space "
                               "or fix the directory, then rerun.") from None
+    except tf.errors.OpError as error:
+        raise CheckpointError(f"cannot write {path}: {errors.root_cause(error.message)}; fix "
+                              "the directory, then rerun.") from None
 
 
 def read_stored_run(train_dir):
     """The StoredRun of `train_dir`, or None when it has no settings file."""
     path = os.path.join(train_dir, SETTINGS_FILE)
-    if not os.path.exists(path):
+    if not tf.io.gfile.exists(path):
         return None
     try:
-        with open(path, encoding="utf-8") as handle:
-            payload = json.load(handle)
+        with tf.io.gfile.GFile(path) as handle:
+            payload = json.loads(handle.read())
         data_dir = payload.pop("data_dir", "")
         return StoredRun(ModelSettings(**payload), data_dir)
     except (ValueError, TypeError) as error:
@@ -89,12 +91,14 @@ def merge_settings(stored, requested, explicit):
 
 def latest_checkpoint(checkpoint_dir):
     """Path prefix of the newest complete checkpoint in `checkpoint_dir`, or None."""
-    return tf.train.latest_checkpoint(checkpoint_dir) if os.path.isdir(checkpoint_dir) else None
+    return tf.train.latest_checkpoint(checkpoint_dir) if tf.io.gfile.isdir(checkpoint_dir) else None
 
 
 def all_checkpoints(checkpoint_dir):
     """Path prefixes of the complete checkpoints still listed in the directory, oldest first."""
-    state = tf.train.get_checkpoint_state(checkpoint_dir) if os.path.isdir(checkpoint_dir) else None
+    if not tf.io.gfile.isdir(checkpoint_dir):
+        return []
+    state = tf.train.get_checkpoint_state(checkpoint_dir)
     if state is None:
         return []
     return [path for path in state.all_model_checkpoint_paths
@@ -112,10 +116,17 @@ def step_of(checkpoint_path):
 def stored_shapes(checkpoint_path):
     """{variable name: shape} of a checkpoint; CheckpointError when it cannot be read."""
     try:
-        return dict(tf.train.list_variables(checkpoint_path))
+        return _reader(checkpoint_path).get_variable_to_shape_map()
     except (tf.errors.OpError, ValueError) as error:
         raise CheckpointError(f"cannot read checkpoint {checkpoint_path}: "
                               f"{str(error).splitlines()[0]}") from None
+
+
+def _reader(checkpoint_path):
+    # The reader itself, not tf.train.load_checkpoint: that one takes a path for which the file
+    # system answers "is a directory" for the directory's newest checkpoint, and file systems
+    # that treat every prefix as a directory (ram://, some object stores) answer yes.
+    return tf.compat.v1.train.NewCheckpointReader(checkpoint_path)
 
 
 def check_restorable(checkpoint_path, restore_map, hint=None):
@@ -196,7 +207,7 @@ def checkpoint_problem(checkpoint_path):
     the float ones for NaN/Inf.
     """
     try:
-        reader = tf.train.load_checkpoint(checkpoint_path)
+        reader = _reader(checkpoint_path)
         names = sorted(reader.get_variable_to_shape_map())
         bad = [name for name in names if not _finite(reader.get_tensor(name))]
     except (tf.errors.OpError, ValueError, IndexError, RuntimeError) as error:
@@ -215,10 +226,10 @@ def _finite(value):
 def candidate_checkpoints(checkpoint_dir):
     """Checkpoint prefixes in `checkpoint_dir`, newest step first: those the `checkpoint` file
     lists and any other `model.ckpt-N.index` (the file may be damaged or lag behind)."""
-    if not os.path.isdir(checkpoint_dir):
+    if not tf.io.gfile.isdir(checkpoint_dir):
         return []
     listed = set(all_checkpoints(checkpoint_dir)) if _state_readable(checkpoint_dir) else set()
-    found = {path[:-len(".index")] for path in glob.glob(
+    found = {path[:-len(".index")] for path in tf.io.gfile.glob(
         os.path.join(checkpoint_dir, "model.ckpt-*.index"))}
     steps = {path: _step_or_none(path) for path in listed | found}
     return sorted((path for path, step in steps.items() if step is not None),
@@ -264,18 +275,28 @@ def newest_usable_checkpoint(checkpoint_dir, log=print):
 
 
 def _set_aside(prefix):
-    for path in glob.glob(glob.escape(prefix) + ".*"):
+    for path in _files_starting_with(prefix + "."):
         if ".unusable" not in path:
             suffix = path[len(prefix):]
-            os.replace(path, f"{prefix}.unusable{suffix}")
+            tf.io.gfile.rename(path, f"{prefix}.unusable{suffix}", overwrite=True)
+
+
+def _files_starting_with(prefix):
+    # By name, not by glob: a prefix may hold characters a glob pattern would read as ranges.
+    directory, start = os.path.split(prefix)
+    return [os.path.join(directory, name) for name in tf.io.gfile.listdir(directory)
+            if name.startswith(start)]
 
 
 def remove_interrupted_saves(train_dir, log=print):
     """Removes the `*.tempstate*` files that a save killed halfway leaves (TensorFlow writes a
     checkpoint's files under such names and renames them when complete); nothing else."""
-    leftovers = glob.glob(os.path.join(glob.escape(train_dir), "*.tempstate*"))
+    if not tf.io.gfile.isdir(train_dir):
+        return
+    leftovers = [os.path.join(train_dir, name) for name in tf.io.gfile.listdir(train_dir)
+                 if ".tempstate" in name]
     for path in leftovers:
-        os.remove(path)
+        tf.io.gfile.remove(path)
     if leftovers:
         log(f"note: removed {len(leftovers)} temporary file(s) of an interrupted save in "
             f"{train_dir}.")
@@ -289,25 +310,31 @@ def save_checkpoint(saver, session, prefix, step, needed_bytes):
     CheckpointWriteError with the directory, the error and the space a checkpoint needs.
     """
     directory = os.path.dirname(prefix)
-    before = set(os.listdir(directory))
+    before = set(tf.io.gfile.listdir(directory))
     try:
         return saver.save(session, prefix, global_step=step, write_meta_graph=False)
     except (tf.errors.OpError, OSError) as error:
-        for name in set(os.listdir(directory)) - before:
-            path = os.path.join(directory, name)
-            if os.path.isdir(path):
-                shutil.rmtree(path)
+        for name in set(tf.io.gfile.listdir(directory)) - before:
+            path = os.path.join(directory, name.rstrip("/"))
+            if tf.io.gfile.isdir(path):
+                tf.io.gfile.rmtree(path)
             else:
-                os.remove(path)
+                tf.io.gfile.remove(path)
         reason = errors.root_cause(getattr(error, "message", None) or str(error))
-        free = shutil.disk_usage(directory).free
         latest = latest_checkpoint(directory)
         kept = f"the newest checkpoint is still {latest}" if latest else "no checkpoint was kept"
         raise CheckpointWriteError(
             f"could not save checkpoint {prefix}-{step} in {directory}: {reason}; a checkpoint "
-            f"here needs about {_size(needed_bytes)} ({_size(free)} free); {kept}. "
+            f"here needs about {_size(needed_bytes)}{_free_space(directory)}; {kept}. "
             "Free some space or fix the directory, then rerun the same command to resume."
         ) from None
+
+
+def _free_space(directory):
+    # Only a local directory can say how much space is free.
+    if "://" in directory:
+        return ""
+    return f" ({_size(shutil.disk_usage(directory).free)} free)"
 
 
 def _size(count):

@@ -14,7 +14,6 @@ from inception import exporter
 tf1 = tf.compat.v1
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp")
-SAVED_MODEL_FILE = "saved_model.pb"
 
 
 class ModelSourceError(ValueError):
@@ -51,13 +50,13 @@ class Prediction:
 def saved_model_version(path):
     """The SavedModel directory `path` names: itself when it holds saved_model.pb, else its
     newest numbered version (TensorFlow Serving's layout); None when neither."""
-    if tf.io.gfile.exists(os.path.join(path, SAVED_MODEL_FILE)):
+    if tf.io.gfile.exists(os.path.join(path, exporter.SAVED_MODEL_FILE)):
         return path
     if not tf.io.gfile.isdir(path):
         return None
-    versions = [int(name.rstrip("/")) for name in tf.io.gfile.listdir(path)
-                if name.rstrip("/").isdigit()
-                and tf.io.gfile.exists(os.path.join(path, name.rstrip("/"), SAVED_MODEL_FILE))]
+    names = [name.rstrip("/") for name in tf.io.gfile.listdir(path)]
+    versions = [int(name) for name in names if name.isdigit() and tf.io.gfile.exists(
+        os.path.join(path, name, exporter.SAVED_MODEL_FILE))]
     return os.path.join(path, str(max(versions))) if versions else None
 
 
@@ -75,8 +74,8 @@ def open_model(path, log=print):
     if tf.io.gfile.exists(os.path.join(path, checkpoints.SETTINGS_FILE)):
         return _checkpoint_model(path, log)
     raise ModelSourceError(f"--model={path} is neither an export (a directory with "
-                           f"{SAVED_MODEL_FILE} or numbered versions of one) nor a training "
-                           f"directory (with {checkpoints.SETTINGS_FILE}).")
+                           f"{exporter.SAVED_MODEL_FILE} or numbered versions of one) nor a "
+                           f"training directory (with {checkpoints.SETTINGS_FILE}).")
 
 
 def _checkpoint_model(train_dir, log):

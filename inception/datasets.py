@@ -148,7 +148,7 @@ def resolve_dataset(name, data_dir, num_classes=None, log=print):
         data_dir = data_dir or demo_data.ensure_demo_data(log=log)
     elif not data_dir:
         raise DataError(f"--dataset={name} needs --data_dir=<directory of its TFRecord shards>.")
-    if not os.path.isdir(data_dir):
+    if not tf.io.gfile.isdir(data_dir):
         raise DataError(f"--data_dir={data_dir} does not exist; pass the directory that holds "
                         "the train-*/validation-* shards.")
     label_names = _read_labels(data_dir)
@@ -174,4 +174,4 @@ def resolve_dataset(name, data_dir, num_classes=None, log=print):
 
 def _read_labels(data_dir):
     path = os.path.join(data_dir, LABELS_FILE)
-    return tfrecord_format.read_labels_file(path) if os.path.exists(path) else []
+    return tfrecord_format.read_labels_file(path) if tf.io.gfile.exists(path) else []

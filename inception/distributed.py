@@ -31,6 +31,7 @@ import time
 
 import tensorflow as tf
 
+from inception import replica as replica_lib
 from inception import train_loop
 from inception.cluster import JOBS
 from inception.cluster import ClusterConfigError
@@ -224,7 +225,7 @@ class _WorkerWatch:
 
 # --- workers ---------------------------------------------------------------------------------
 
-class ClusterWorker(train_loop.Replica):
+class ClusterWorker(replica_lib.Replica):
     """The hooks `train_loop.run_training` calls for one worker task of a cluster.
 
     Construct it before building the graph (it starts the task's server, which must be up for
@@ -436,7 +437,7 @@ class ClusterWorker(train_loop.Replica):
     def run_step(self, session, fetches, step):
         """One synchronous step; returns (fetched values, global step after the update).
 
-        Raises train_loop.PeerStopped when another worker ended the training (it closed the
+        Raises replica_lib.PeerStopped when another worker ended the training (it closed the
         token queue), ClusterError when a task is lost or the update does not come in time.
         """
         timeout = self.settings.step_timeout_secs
@@ -450,7 +451,7 @@ class ClusterWorker(train_loop.Replica):
             if self._update_failures:
                 raise self.explain(error, where) from None
             if self._try_run("tokens_closed", session):
-                raise train_loop.PeerStopped(
+                raise replica_lib.PeerStopped(
                     int(self._run("global_step", session, SHUTDOWN_TIMEOUT_SECS, where))
                 ) from None
             raise

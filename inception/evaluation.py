@@ -26,7 +26,7 @@ def resolve_settings(options, log=print):
     """(ModelSettings, Dataset) from the checkpoint directory, with flag overrides."""
     stored = checkpoints.read_stored_run(options.checkpoint_dir)
     if stored is None:
-        if not os.path.isdir(options.checkpoint_dir):
+        if not tf.io.gfile.isdir(options.checkpoint_dir):
             raise checkpoints.CheckpointError(
                 f"--checkpoint_dir={options.checkpoint_dir} does not exist; pass the --train_dir "
                 "of a training run.")
@@ -59,7 +59,7 @@ def run_evaluation(options, log=print, logits_fn=None):
                                             options.num_examples, options.strict_input,
                                             logits_fn=logits_fn)
     eval_dir = options.eval_dir or default_eval_dir(options.checkpoint_dir, options.subset)
-    os.makedirs(eval_dir, exist_ok=True)
+    tf.io.gfile.makedirs(eval_dir)
     with eval_graph.graph.as_default():  # v1 FileWriter refuses to start in eager mode
         writer = tf1.summary.FileWriter(eval_dir)
     results = []

@@ -17,9 +17,12 @@ temporary name first, so a version directory is always complete.
 import dataclasses
 import json
 import os
+import shutil
+import tempfile
 
 import tensorflow as tf
 
+from common import files
 from data import tfrecord_format
 from inception import checkpoints
 from inception import errors
@@ -34,6 +37,7 @@ IMAGES_SIGNATURE = "predict_images"
 BYTES_INPUT = "image_bytes"  # the `_bytes` suffix tells REST front ends to expect base64
 IMAGES_INPUT = "images"
 DEFAULT_TOP_K = 5
+SAVED_MODEL_FILE = "saved_model.pb"
 BACKGROUND_TEXT = "background"
 
 
@@ -129,16 +133,38 @@ def export_saved_model(checkpoint_path, stored_run, label_names, export_dir,
         raise ExportError(f"{version_dir} exists already (this checkpoint was exported); train "
                           "further for a new version or pass another --export_dir.")
     serving_graph = build_serving_graph(stored_run.settings, label_names, top_k, logits_fn)
-    partial_dir = os.path.join(export_dir, f".partial-{os.path.basename(version_dir)}-"
-                                           f"{os.getpid()}")
+    # Written whole under a temporary name first: beside the versions on a local disk (then one
+    # rename), in a local temporary directory for a URL (object stores cannot rename folders).
+    staging_parent = tempfile.mkdtemp() if files.is_url(export_dir) else export_dir
+    partial_dir = os.path.join(staging_parent, f".partial-{os.path.basename(version_dir)}-"
+                                               f"{os.getpid()}")
     try:
         _write_saved_model(serving_graph, checkpoint_path, partial_dir)
         _write_settings(partial_dir, stored_run)
-        tf.io.gfile.rename(partial_dir, version_dir)
+        _publish(partial_dir, version_dir)
     finally:
-        if tf.io.gfile.exists(partial_dir):
-            tf.io.gfile.rmtree(partial_dir)
+        if os.path.isdir(partial_dir):
+            shutil.rmtree(partial_dir)
+        if staging_parent != export_dir:
+            shutil.rmtree(staging_parent, ignore_errors=True)
     return version_dir
+
+
+def _publish(partial_dir, version_dir):
+    """Moves a complete export into place: one rename on a local disk; on another file system a
+    copy with saved_model.pb last, since a server takes a version to exist once it has one."""
+    if not files.is_url(version_dir):
+        os.rename(partial_dir, version_dir)
+        return
+    copies = []
+    for folder, _, names in os.walk(partial_dir):
+        for name in names:
+            source = os.path.join(folder, name)
+            copies.append((source, os.path.join(version_dir,
+                                                os.path.relpath(source, partial_dir))))
+    for source, target in sorted(copies, key=lambda pair: pair[1].endswith(SAVED_MODEL_FILE)):
+        tf.io.gfile.makedirs(os.path.dirname(target))
+        tf.io.gfile.copy(source, target)
 
 
 def export_training_run(checkpoint_dir, export_dir, checkpoint_path="", top_k=DEFAULT_TOP_K,

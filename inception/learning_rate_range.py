@@ -10,6 +10,7 @@ saved: no checkpoint, no settings; only the plot is written.
 """
 
 import dataclasses
+import io
 import math
 
 import numpy as np
@@ -101,5 +102,8 @@ def write_plot(result, path, title):
     axes.set_title(title)
     axes.legend()
     figure.tight_layout()
-    figure.savefig(path, dpi=100)
+    image = io.BytesIO()
+    figure.savefig(image, format="png", dpi=100)
+    with tf.io.gfile.GFile(path, "wb") as handle:  # any file system TensorFlow reaches
+        handle.write(image.getvalue())
     plt.close(figure)

@@ -8,6 +8,7 @@ machine (shards, labels, GPUs) happen when the run is resolved (training.resolve
 import dataclasses
 import os
 
+from common import files
 from inception.cluster import ClusterSettings
 
 MIN_IMAGE_SIZE = 75  # Inception v3's stride-2 layers shrink anything smaller to nothing
@@ -178,12 +179,12 @@ def _check_train_paths(options):
     _must_be_directory("data_dir", options.data_dir, must_exist=True)
     for name in ("training_plan",):
         path = getattr(options, name)
-        if path and not os.path.isfile(path):
+        if path and not files.is_url(path) and not os.path.isfile(path):
             _fail(name, path, "is not a file")
 
 
 def _must_be_directory(name, path, must_exist=False):
-    if not path:
+    if not path or files.is_url(path):  # a URL is checked through TensorFlow, at resolution
         return
     if os.path.exists(path) and not os.path.isdir(path):
         _fail(name, path, "is a file, not a directory")

@@ -13,6 +13,8 @@ import fcntl
 import os
 import socket
 
+from common import files
+
 LOCK_FILE = "train.lock"
 
 
@@ -24,7 +26,7 @@ class RunLockError(ValueError):
 def exclusive_run(train_dir):
     """Holds the lock of `train_dir` (created if missing) while inside; RunLockError when
     another process holds it. Paths of remote file systems (`gs://...`) are not locked."""
-    if "://" in train_dir:
+    if files.is_url(train_dir):
         yield
         return
     os.makedirs(train_dir, exist_ok=True)

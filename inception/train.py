@@ -219,12 +219,12 @@ def train(options):
     """Trains (TensorFlow loads here); returns train_loop.TrainResult or ends with one line."""
     cli.quiet_tensorflow()
     from inception import distributed  # pylint: disable=import-outside-toplevel
-    from inception import train_loop  # pylint: disable=import-outside-toplevel
+    from inception import loop_guards  # pylint: disable=import-outside-toplevel
     from inception import training  # pylint: disable=import-outside-toplevel
     try:
         return training.train(options, log=cli.log, on_stuck=exit_now)
-    except (train_loop.NonFiniteLossError, train_loop.DivergingError, distributed.ClusterError,
-            distributed.DivergedError, ValueError) as error:
+    except (loop_guards.NonFiniteLossError, loop_guards.DivergingError,
+            distributed.ClusterError, distributed.DivergedError, ValueError) as error:
         cli.fail(error)
 
 
@@ -234,9 +234,10 @@ def find_learning_rate(options):
         cli.fail("the range test needs --lr_range_steps >= 2 and 0 < --lr_range_min < "
                  "--lr_range_max.", code=2)
     cli.quiet_tensorflow()
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
     from inception import learning_rate_range  # pylint: disable=import-outside-toplevel
     from inception import training  # pylint: disable=import-outside-toplevel
-    os.makedirs(options.train_dir, exist_ok=True)
+    tf.io.gfile.makedirs(options.train_dir)
     plot = os.path.join(options.train_dir, "learning_rate_range.png")
     test = learning_rate_range.RangeTest(FLAGS.lr_range_min, FLAGS.lr_range_max,
                                          FLAGS.lr_range_steps)

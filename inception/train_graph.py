@@ -152,20 +152,11 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices, p
         schedule = (learning_rate_schedule(optimization, global_step) if learning_rate is None
                     else learning_rate)
         bn_decay = warmed_up_decay(optimization.batch_norm_decay, global_step)
-    tower_inputs = towers_lib.split_batch((input_batch.images, input_batch.labels),
-                                          len(tower_devices))
-    staged = staging.stage_on_devices(tower_inputs, tower_devices) if stage_inputs else None
-    if staged is not None:
-        tower_inputs = staged.tower_inputs
-    towers = towers_lib.build_towers(make_model_fn(bn_decay), tower_inputs, tower_devices,
-                                     variable_device)
+    towers, staged = _build_towers(input_batch, make_model_fn(bn_decay), tower_devices,
+                                   variable_device, stage_inputs)
     regularization = towers_lib.regularization_loss(variable_device)
     with tf.device(variable_device):
-        moving_average = tf1.train.ExponentialMovingAverage(
-            optimization.moving_average_decay, num_updates=global_step)
-        # Every trainable variable gets its average now, whatever the stages train, so that
-        # checkpoints always hold the averages evaluation restores.
-        moving_average.apply(tf1.trainable_variables())
+        moving_average = _averages_of_every_variable(optimization, global_step)
         loss_scale = (loss_scaling.create_loss_scale(initial_loss_scale)
                       if initial_loss_scale is not None else None)
     # The user-facing rule (no fp16 on a cluster) lives in options.py; this is its invariant.
@@ -183,10 +174,32 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices, p
                       loss_scaled=loss_scale is not None)
 
 
+def _build_towers(input_batch, model_fn, tower_devices, variable_device, stage_inputs):
+    """Splits the global batch over the towers (staged on their devices one step ahead when
+    `stage_inputs`) and builds them; returns (towers, staging.StagedInputs or None)."""
+    tower_inputs = towers_lib.split_batch((input_batch.images, input_batch.labels),
+                                          len(tower_devices))
+    staged = staging.stage_on_devices(tower_inputs, tower_devices) if stage_inputs else None
+    if staged is not None:
+        tower_inputs = staged.tower_inputs
+    return (towers_lib.build_towers(model_fn, tower_inputs, tower_devices, variable_device),
+            staged)
+
+
+def _averages_of_every_variable(optimization, global_step):
+    # Every trainable variable gets its average now, whatever the stages train, so that
+    # checkpoints always hold the averages evaluation restores.
+    moving_average = tf1.train.ExponentialMovingAverage(optimization.moving_average_decay,
+                                                        num_updates=global_step)
+    moving_average.apply(tf1.trainable_variables())
+    return moving_average
+
+
 def sync_averages_op(moving_average, variables):
     """An op setting the moving averages of `variables` to their current values (after a
-    pretrained restore, or for averages a checkpoint lacks); a no-op for an empty list."""
-    with tf.device(VARIABLE_DEVICE), tf.name_scope("sync_averages"):
+    pretrained restore, or for averages a checkpoint lacks); a no-op for an empty list. Each
+    assignment runs where its average lives (wherever --variable_device put it)."""
+    with tf.name_scope("sync_averages"):
         return tf.group(*[moving_average.average(v).assign(v) for v in variables])
 
 

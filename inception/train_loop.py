@@ -4,7 +4,6 @@ It runs a `TrainGraph` built by a callable (so tests can run the real loop on sm
 and owns everything with side effects: files in `train_dir` and the log.
 """
 
-import contextlib
 import dataclasses
 import datetime
 import math
@@ -15,6 +14,9 @@ import numpy as np
 import tensorflow as tf
 
 from inception import checkpoints
+from inception import loop_guards
+from inception import loop_start
+from inception import replica as replica_lib
 from inception import train_graph as train_graph_lib
 from inception.cadence import Cadence
 from inception.stop_request import StopRequest
@@ -23,109 +25,17 @@ tf1 = tf.compat.v1
 CHECKPOINT_BASENAME = "model.ckpt"
 
 
-class NonFiniteLossError(RuntimeError):
-    """Training diverged: a tower's loss or update, or a variable, became NaN or infinite. The
-    message names the step that did it, the towers and the last good checkpoint."""
-
-    def __init__(self, step, tower_losses, last_checkpoint, tower_gradient_norms=(),
-                 variables=()):
-        self.step = step
-        losses_bad = [i for i, value in enumerate(tower_losses) if not math.isfinite(value)]
-        norms_bad = [i for i, value in enumerate(tower_gradient_norms)
-                     if not math.isfinite(value)]
-        self.bad_towers = losses_bad or norms_bad
-        super().__init__(f"{divergence(step, tower_losses, tower_gradient_norms, variables)}; "
-                         f"training stopped and {_kept(last_checkpoint)}. Lower "
-                         "--initial_learning_rate, check the data, or rerun with "
-                         "--on_nan=rollback.")
-
-
-def divergence(step, tower_losses, tower_gradient_norms=(), variables=()):
-    """What went non-finite at `step`, for the log and the error."""
-    def towers(values):
-        return ", ".join(f"tower_{i}" for i, value in enumerate(values)
-                         if not math.isfinite(value))
-
-    def listed(values):
-        return ", ".join(f"tower_{i} = {value:.4g}" for i, value in enumerate(values))
-    if any(not math.isfinite(value) for value in tower_losses):
-        return (f"loss is not finite at step {step} in {towers(tower_losses)} "
-                f"({listed(tower_losses)})")
-    if any(not math.isfinite(value) for value in tower_gradient_norms):
-        return (f"the update of step {step} is not finite in {towers(tower_gradient_norms)} "
-                f"(gradient norms: {listed(tower_gradient_norms)})")
-    return (f"{len(variables)} variable(s) are not finite at step {step} (e.g. "
-            f"{variables[0] if variables else '?'})")
-
-
-def _kept(last_checkpoint):
-    return (f"the last good checkpoint is {last_checkpoint}" if last_checkpoint
-            else "no checkpoint was written")
-
-
-class DivergingError(RuntimeError):
-    """The smoothed loss climbed far above where it started (--on_divergence=stop)."""
-
-
-class LossWatch:
-    """The smoothed mean_loss and one warning when it climbs well above its starting value.
-
-    Smoothing is an exponential moving average over about `window` steps (bias-corrected, so
-    the first values count fully). The starting value is the run's first loss (an untrained
-    network's is the same for every run of a data set; after a resume, the loss it resumed
-    at); from `window` steps on, a smoothed loss above `factor` times it is the warning, once
-    per run. That is what a too-high learning rate does before the loss turns NaN.
-    """
-
-    def __init__(self, window=10, factor=2.0):
-        self.window, self.factor = window, factor
-        self.smoothed, self.start, self.start_step = None, None, None
-        self._average, self._weight, self._count, self.warned = 0.0, 0.0, 0, False
-
-    def add(self, step, loss):
-        """Takes the step's mean loss; returns the warning line when it is due, else None."""
-        decay = 1.0 - 1.0 / self.window
-        self._average = decay * self._average + (1.0 - decay) * loss
-        self._weight = decay * self._weight + (1.0 - decay)
-        self.smoothed = self._average / self._weight
-        self._count += 1
-        if self.start is None:
-            self.start, self.start_step = loss, step
-        if (self.warned or self._count < self.window
-                or not self.smoothed > self.factor * self.start):
-            return None
-        self.warned = True
-        return (f"the loss is climbing: smoothed loss {self.smoothed:.4g} at step {step}, "
-                f"{self.smoothed / self.start:.1f}x its {self.start:.4g} at step "
-                f"{self.start_step}. Lower --initial_learning_rate (a tenth is a good first "
-                "try), lengthen --warmup_steps, or pick a rate with --find_learning_rate.")
-
-
-class _Diverged(Exception):
-    """Inside the loop: this step's loss, update or variables are not finite."""
-
-    def __init__(self, step, tower_losses=(), tower_gradient_norms=(), variables=()):
-        super().__init__(divergence(step, tower_losses, tower_gradient_norms, variables))
-        self.step, self.tower_losses = step, list(tower_losses)
-        self.tower_gradient_norms, self.variables = list(tower_gradient_norms), list(variables)
-
-    def error(self, last_checkpoint):
-        """The NonFiniteLossError to stop with."""
-        return NonFiniteLossError(self.step, self.tower_losses, last_checkpoint,
-                                  self.tower_gradient_norms, self.variables)
-
-
 @dataclasses.dataclass(frozen=True)
 class LoopSettings:
     """Cadences and limits of the loop (0 turns a step or seconds cadence off).
 
     keep_checkpoints: the newest this many checkpoints stay (across resumed runs); older ones
       are deleted except one every keep_checkpoint_every_n_hours (0: none kept that way).
-    on_nan: 'stop' (raise NonFiniteLossError) or 'rollback' (restore the newest finite
+    on_nan: 'stop' (raise loop_guards.NonFiniteLossError) or 'rollback' (restore the newest finite
       checkpoint of this run, or its starting point, and go on with the next batches), at most
       max_nan_rollbacks times.
-    on_divergence: when the smoothed loss climbs well above its start (LossWatch): 'warn'
-      (one line) or 'stop' (DivergingError).
+    on_divergence: when the smoothed loss climbs well above its start (loop_guards.LossWatch):
+      'warn' (one line) or 'stop' (loop_guards.DivergingError).
     """
     train_dir: str
     max_steps: int
@@ -153,57 +63,6 @@ class TrainResult:
     stopped_by_signal: int = None
     last_mean_loss: float = float("nan")
     stopped_by_peer: bool = False
-
-
-class PeerStopped(Exception):
-    """Raised by `Replica.run_step` when the cluster's training ended; `step` is the global step
-    it ended at (another task stopped it, or max_steps was reached)."""
-
-    def __init__(self, step):
-        super().__init__(f"training ended by another task at step {step}")
-        self.step = step
-
-
-class Replica:
-    """How `run_training` takes part in training: the single-machine behaviour.
-
-    distributed.ClusterWorker overrides these hooks for one worker task of a cluster (shared
-    variables, synchronous updates, only the chief writing files); every hook here is the plain
-    one-machine step.
-    """
-    is_chief = True
-
-    def device_scope(self):
-        """Context manager around the whole graph build (places variables)."""
-        return contextlib.nullcontext()
-
-    def build(self, train_graph):
-        """Adds the replica's own ops to the default graph, after the training graph."""
-        del train_graph
-
-    def open_session(self, graph, session_config):
-        """A tf.compat.v1.Session running `graph`."""
-        return tf1.Session(graph=graph, config=session_config)
-
-    def wait_until_ready(self, session):
-        """Non-chief only: waits for the chief to initialize the model; returns the step."""
-        raise NotImplementedError("only a non-chief replica waits for the chief")
-
-    def begin(self, session):
-        """Runs once the variables are initialized or restored and the local ones too."""
-        del session
-
-    def run_step(self, session, fetches, step):
-        """Runs one training step; returns (fetched values, the step reached)."""
-        return session.run(fetches), step + 1
-
-    def before_save(self, session):
-        """Runs before each checkpoint (may raise to refuse it)."""
-        del session
-
-    def finish(self, session):
-        """Runs when the loop ends, however it ends (best effort, must not raise)."""
-        del session
 
 
 class _NoSummaryWriter:
@@ -235,8 +94,8 @@ def run_training(build_graph, session_config, settings, make_initializer=None, l
     of the plan's current stage and checks its towers' losses and gradient norms. Saves every
     `save_checkpoint_steps` / `save_interval_secs`, at the end and on SIGINT/SIGTERM, each time
     after checking that every variable is finite: a checkpoint never holds NaN or Inf. When
-    training diverges it stops with NonFiniteLossError naming the step and the last good
-    checkpoint, or, with `settings.on_nan='rollback'`, goes back to the newest finite state of
+    training diverges it stops with loop_guards.NonFiniteLossError naming the step and the last
+    good checkpoint, or, with `settings.on_nan='rollback'`, goes back to the newest finite state of
     this run and on with the next batches.
 
     Args:
@@ -249,15 +108,46 @@ def run_training(build_graph, session_config, settings, make_initializer=None, l
         nor writes `train_dir`: it waits for the chief to initialize the shared variables.
 
     Returns:
-      TrainResult. Raises NonFiniteLossError, and checkpoints.CheckpointError when no
+      TrainResult. Raises loop_guards.NonFiniteLossError, and checkpoints.CheckpointError when no
       checkpoint restores or one cannot be written.
     """
-    replica = replica or Replica()
+    replica = replica or replica_lib.Replica()
     checkpoint = None
     if replica.is_chief:
-        os.makedirs(settings.train_dir, exist_ok=True)
+        tf.io.gfile.makedirs(settings.train_dir)
         checkpoints.remove_interrupted_saves(settings.train_dir, log)
         checkpoint = checkpoints.newest_usable_checkpoint(settings.train_dir, log)
+    built = _build_run(build_graph, settings, replica, checkpoint, make_initializer, log)
+    for name in built.train_graph.skipped_variables:
+        log(f"note: no loss reaches variable {name}; it is left out of the update.")
+    end_step = min(settings.max_steps, built.train_graph.plan.total_steps or settings.max_steps)
+    with replica.open_session(built.graph, session_config) as session:
+        try:
+            step = _start_session(session, built, checkpoint, replica, log)
+            if step >= end_step:
+                log(f"{settings.train_dir} is already at step {step}, the end of this run "
+                    f"(--max_steps={settings.max_steps}); nothing to train. Raise --max_steps "
+                    "or use a new --train_dir.")
+                return TrainResult(step=step, checkpoint=checkpoint)
+            loop = _Loop(session, built.saver, built.train_graph, dataclasses.replace(
+                settings, max_steps=end_step), replica, log, built.start, built.health)
+            return loop.run(step, checkpoint)
+        finally:
+            replica.finish(session)
+
+
+@dataclasses.dataclass(frozen=True)
+class _BuiltRun:
+    """The finalized graph of a run and what starts, checks and saves it."""
+    graph: tf.Graph
+    train_graph: train_graph_lib.TrainGraph
+    saver: tf1.train.Saver
+    start: object  # callable(session) -> step
+    health: loop_guards.VariableHealth
+    local_init: tf.Operation
+
+
+def _build_run(build_graph, settings, replica, checkpoint, make_initializer, log):
     graph = tf.Graph()
     with graph.as_default(), replica.device_scope():
         train_graph = build_graph()
@@ -268,110 +158,29 @@ def run_training(build_graph, session_config, settings, make_initializer=None, l
         if not replica.is_chief:
             start = replica.wait_until_ready
         elif checkpoint:
-            start = _prepare_resume(checkpoint, train_graph, saved_variables, log)
+            start = loop_start.prepare_resume(checkpoint, train_graph, saved_variables, log)
         else:
-            start = _prepare_fresh_start(train_graph, make_initializer)
-        health = _VariableHealth(saved_variables)
+            start = loop_start.prepare_fresh_start(train_graph, make_initializer)
+        health = loop_guards.VariableHealth(saved_variables)
         local_init = tf1.local_variables_initializer()
         replica.build(train_graph)
         graph.finalize()
     if checkpoint:
         saver.recover_last_checkpoints(checkpoints.all_checkpoints(settings.train_dir))
-    for name in train_graph.skipped_variables:
-        log(f"note: no loss reaches variable {name}; it is left out of the update.")
-    end_step = min(settings.max_steps, train_graph.plan.total_steps or settings.max_steps)
-    with replica.open_session(graph, session_config) as session:
-        try:
-            step = start(session)
-            if checkpoint:
-                log(timestamped(f"resumed from {checkpoint} (step {step})"))
-            session.run([local_init, train_graph.input_initializer])
-            if train_graph.input_fill is not None:
-                session.run(train_graph.input_fill)  # the first batch, staged on the devices
-            replica.begin(session)
-            if step >= end_step:
-                log(f"{settings.train_dir} is already at step {step}, the end of this run "
-                    f"(--max_steps={settings.max_steps}); nothing to train. Raise --max_steps "
-                    "or use a new --train_dir.")
-                return TrainResult(step=step, checkpoint=checkpoint)
-            loop = _Loop(session, saver, train_graph, dataclasses.replace(
-                settings, max_steps=end_step), replica, log, start, health)
-            return loop.run(step, checkpoint)
-        finally:
-            replica.finish(session)
+    return _BuiltRun(graph, train_graph, saver, start, health, local_init)
 
 
-class _VariableHealth:
-    """Which saved float variables hold NaN or Inf (checked before every save), and how many
-    bytes a checkpoint of them takes."""
-
-    def __init__(self, saved_variables):
-        floats = [(name, v) for name, v in sorted(saved_variables.items())
-                  if v.dtype.base_dtype.is_floating]
-        self.names = [name for name, _ in floats]
-        checks = []
-        for _, variable in floats:
-            with tf.device(variable.device):
-                checks.append(tf.reduce_all(tf.math.is_finite(variable)))
-        with tf.name_scope("variable_health"):
-            self.finite = tf.stack(checks) if checks else tf.constant([], tf.bool)
-        self.checkpoint_bytes = sum(
-            v.shape.num_elements() * v.dtype.base_dtype.size for v in saved_variables.values())
-
-    def non_finite(self, session):
-        """Names of the variables that are not finite now."""
-        return [name for name, ok in zip(self.names, session.run(self.finite)) if not ok]
-
-
-def _prepare_fresh_start(train_graph, make_initializer):
-    """Ops for a fresh start: initialize, run the initializer (e.g. a pretrained restore), then
-    start every moving average at its variable's value. Returns callable(session) -> step 0."""
-    init_op = tf1.global_variables_initializer()
-    initialize = make_initializer() if make_initializer else None
-    sync = train_graph_lib.sync_averages_op(train_graph.moving_average,
-                                            tf1.trainable_variables())
-
-    def start(session):
-        session.run(init_op)
-        if initialize is not None:
-            initialize(session)
-        session.run(sync)
-        return 0
-    return start
-
-
-def _prepare_resume(checkpoint, train_graph, saved_variables, log):
-    """Ops to resume from `checkpoint`. Optimizer state and moving averages the checkpoint
-    lacks (the training plan changed, e.g. a head-only run resumed to train everything) start
-    fresh; a missing model variable or global step is a CheckpointError.
-    Returns callable(session) -> the checkpoint's step."""
-    stored = checkpoints.stored_shapes(checkpoint)
-    essential = {v.op.name for v in tf1.trainable_variables() + tf1.model_variables()}
-    essential.add(train_graph.global_step.op.name)
-    missing = sorted(name for name in saved_variables if name not in stored)
-    hint = ("the model changed since it was written; use the flags it was trained with, or a "
-            "new --train_dir")
-    for name in missing:
-        if name in essential:
-            raise checkpoints.CheckpointError(f"checkpoint {checkpoint} has no variable {name}; "
-                                              f"{hint}.")
-    present = {name: v for name, v in saved_variables.items() if name in stored}
-    checkpoints.check_restorable(checkpoint, present, hint=hint)
-    restorer = tf1.train.Saver(present, name="resume")
-    init_missing = tf1.variables_initializer([saved_variables[name] for name in missing])
-    averages = {train_graph.moving_average.average_name(v): v for v in tf1.trainable_variables()}
-    sync = train_graph_lib.sync_averages_op(
-        train_graph.moving_average, [averages[name] for name in missing if name in averages])
-
-    def start(session):
-        session.run(init_missing)
-        restorer.restore(session, checkpoint)
-        session.run(sync)
-        if missing:
-            log(f"note: {len(missing)} optimizer or averaging variables are not in {checkpoint} "
-                "(the training plan changed); they start fresh.")
-        return int(session.run(train_graph.global_step))
-    return start
+def _start_session(session, built, checkpoint, replica, log):
+    """Initializes or restores, starts the input (the first batch staged on the devices) and
+    the replica; returns the step training continues from."""
+    step = built.start(session)
+    if checkpoint:
+        log(timestamped(f"resumed from {checkpoint} (step {step})"))
+    session.run([built.local_init, built.train_graph.input_initializer])
+    if built.train_graph.input_fill is not None:
+        session.run(built.train_graph.input_fill)
+    replica.begin(session)
+    return step
 
 
 class _Loop:
@@ -382,7 +191,7 @@ class _Loop:
         self.session, self.saver, self.graph, self.settings = session, saver, graph, settings
         self.replica, self.log, self.restart, self.health = replica, log, restart, health
         self.writer = _NoSummaryWriter()
-        self.watch = LossWatch()
+        self.watch = loop_guards.LossWatch()
         self.rollbacks = 0
         self.saved_this_run = None  # the newest checkpoint this run wrote
 
@@ -420,14 +229,14 @@ class _Loop:
                     corrupt = self._maybe_log(step, cadences, result, corrupt)
                     if cadences.checkpoint.check_and_mark(step, time.time()):
                         result.checkpoint, saved_step = self._save(step), step
-                except _Diverged as diverged:
+                except loop_guards.Diverged as diverged:
                     step = saved_step = self._recover(diverged, result)
                     cadences.restart(step, time.time())
             result.step = step
             if step != saved_step and self.replica.is_chief:
                 try:
                     result.checkpoint = self._save(step)
-                except _Diverged as diverged:
+                except loop_guards.Diverged as diverged:
                     raise diverged.error(result.checkpoint) from None
             result.stopped_by_signal = stop.signal_number
         return result
@@ -442,7 +251,7 @@ class _Loop:
             fetches["summary"] = ops.summary_op
         try:
             out, step = self.replica.run_step(self.session, fetches, step)
-        except PeerStopped as ended:
+        except replica_lib.PeerStopped as ended:
             result.stopped_by_peer = ended.step < self.settings.max_steps
             return ended.step, True
         losses = [float(value) for value in out["losses"]]
@@ -450,7 +259,7 @@ class _Loop:
         if not all(math.isfinite(value) for value in losses) or (
                 not self.graph.loss_scaled and not all(math.isfinite(v) for v in norms)):
             self.writer.flush()
-            raise _Diverged(step, losses, norms)
+            raise loop_guards.Diverged(step, losses, norms)
         result.last_mean_loss = float(np.mean(losses))
         self._watch_loss(step, result)
         if want_summary:
@@ -465,8 +274,8 @@ class _Loop:
             return
         if self.settings.on_divergence == "stop":
             self.writer.flush()
-            raise DivergingError(f"{warning} Training stopped (--on_divergence=stop); "
-                                 f"{_kept(result.checkpoint)}.")
+            raise loop_guards.DivergingError(f"{warning} Training stopped (--on_divergence=stop); "
+                                 f"{loop_guards.kept(result.checkpoint)}.")
         self.log(timestamped(f"warning: {warning}"))
 
     def _maybe_log(self, step, cadences, result, corrupt):
@@ -493,7 +302,7 @@ class _Loop:
         self.replica.before_save(self.session)
         bad = self.health.non_finite(self.session)
         if bad:
-            raise _Diverged(step, variables=bad)
+            raise loop_guards.Diverged(step, variables=bad)
         path = checkpoints.save_checkpoint(
             self.saver, self.session, os.path.join(self.settings.train_dir, CHECKPOINT_BASENAME),
             step, self.health.checkpoint_bytes)
@@ -501,7 +310,8 @@ class _Loop:
         return path
 
     def _recover(self, diverged, result):
-        """Stops (raising NonFiniteLossError) or rolls back; returns the step rolled back to."""
+        """Stops (raising loop_guards.NonFiniteLossError) or rolls back; returns the step
+        rolled back to."""
         settings = self.settings
         if settings.on_nan != "rollback" or self.rollbacks >= settings.max_nan_rollbacks:
             if settings.on_nan == "rollback":

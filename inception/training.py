@@ -225,7 +225,7 @@ def train(options, log=print, on_stuck=None):
     timeout (see distributed.ClusterWorker); the entry point ends the process.
 
     Raises ValueError subclasses (OptionsError, RunLockError, DataError, PlacementError,
-    CheckpointError) with a message that says what to do, and train_loop.NonFiniteLossError
+    CheckpointError) with a message that says what to do, and loop_guards.NonFiniteLossError
     when training diverges; on a cluster also distributed.ClusterError (a task lost or late)
     and DivergedError.
     """

@@ -17,7 +17,7 @@ class GpuCheckTest(unittest.TestCase):
         out = testing_utils.temp_dir("gpu_check")
         data_dir = testing_utils.tiny_demo_data(train=8, validation=4)
         completed = subprocess.run(
-            [sys.executable, "-m", "tools.gpu_check", f"--out={out}", "--budget_secs=400",
+            [sys.executable, "-m", "tools.gpu_check", f"--out={out}", "--budget_secs=600",
              "--precisions=fp32", "--report_name=gpu-test.json",
              f"--demo_flags=--data_dir={data_dir} --dataset=demo --max_steps=2 "
              "--image_size=75 --depth_multiplier=0.1 --batch_size=2",
@@ -25,7 +25,7 @@ class GpuCheckTest(unittest.TestCase):
              "--depth_multiplier=0.1 --pipeline_images=8 --keep_going "
              "--skip=matmul_peak_bf16,ours_bf16,keras_bf16,torch_bf16,keras,ours_xla,"
              "ours_1_tower,pipeline_1_thread"],
-            capture_output=True, text=True, timeout=420, check=False,
+            capture_output=True, text=True, timeout=620, check=False,
             env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
         self.assertEqual(completed.returncode, 0, completed.stderr[-3000:])
         with open(os.path.join(out, "gpu-test.json"), encoding="utf-8") as handle:
@@ -38,7 +38,7 @@ class GpuCheckTest(unittest.TestCase):
         self.assertIsInstance(report["ours_images_per_sec"], float)
         self.assertIsInstance(report["matmul_peak_gflops"], float)
         self.assertTrue(report["complete"], report.get("not_measured"))
-        self.assertLess(report["check"]["timings"]["total_secs"], 400)
+        self.assertLess(report["check"]["timings"]["total_secs"], 600)
         self.assertTrue(os.path.exists(os.path.join(out, "gpu-test.png")))
         traces = [name for name in os.listdir(out) if name.startswith("step_trace_")]
         self.assertEqual(len(traces), 1)

@@ -12,7 +12,7 @@ from inception import image_processing
 from inception import learning_rate_range
 from inception import options
 from inception import train_graph
-from inception import train_loop
+from inception import loop_guards
 from inception import training
 from tests import sharding
 from tests import testing_utils
@@ -90,7 +90,7 @@ class DefaultsTest(unittest.TestCase):
 class LossWatchTest(unittest.TestCase):
 
     def test_a_climbing_loss_warns_once(self):
-        watch = train_loop.LossWatch(window=5, factor=2.0)
+        watch = loop_guards.LossWatch(window=5, factor=2.0)
         warnings = [watch.add(step, 2.0) for step in range(1, 11)]
         self.assertEqual(warnings, [None] * 10)
         self.assertEqual((watch.start, watch.start_step), (2.0, 1))
@@ -107,13 +107,13 @@ class LossWatchTest(unittest.TestCase):
         self.assertIn("Lower --initial_learning_rate", text)
 
     def test_nothing_is_said_before_a_window_of_steps(self):
-        watch = train_loop.LossWatch(window=5)
+        watch = loop_guards.LossWatch(window=5)
         self.assertEqual([watch.add(step, loss) for step, loss in
                           enumerate([2.0, 50.0, 50.0, 50.0], start=1)], [None] * 4)
         self.assertIsNotNone(watch.add(5, 50.0))
 
     def test_a_falling_or_noisy_loss_never_warns(self):
-        watch = train_loop.LossWatch(window=5)
+        watch = loop_guards.LossWatch(window=5)
         rng = np.random.RandomState(0)
         for step in range(1, 300):
             loss = 3.0 * math.exp(-step / 100) + rng.uniform(0, 1.0)
@@ -139,14 +139,14 @@ class DivergenceTest(unittest.TestCase):
         lines = []
         try:
             training.train(self.options(), log=lines.append)
-        except train_loop.NonFiniteLossError:
+        except loop_guards.NonFiniteLossError:
             pass  # it may blow up later; the warning must have come first
         warnings = [line for line in lines if "warning: the loss is climbing" in line]
         self.assertEqual(len(warnings), 1, lines[-10:])
         self.assertRegex(warnings[0], r"smoothed loss [\d.]+ at step \d+, [\d.]+x its")
 
     def test_on_divergence_stop_ends_the_run_with_the_warning(self):
-        with self.assertRaisesRegex(train_loop.DivergingError,
+        with self.assertRaisesRegex(loop_guards.DivergingError,
                                     "the loss is climbing.*--on_divergence=stop"):
             training.train(self.options(on_divergence="stop"), log=lambda line: None)
 

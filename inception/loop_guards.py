@@ -1,0 +1,121 @@
+"""What the training loop checks: non-finite losses, updates and variables, and a loss that
+climbs. Each check raises or returns what the loop reports; none has side effects."""
+
+import math
+
+import tensorflow as tf
+
+
+class NonFiniteLossError(RuntimeError):
+    """Training diverged: a tower's loss or update, or a variable, became NaN or infinite. The
+    message names the step that did it, the towers and the last good checkpoint."""
+
+    def __init__(self, step, tower_losses, last_checkpoint, tower_gradient_norms=(),
+                 variables=()):
+        self.step = step
+        losses_bad = [i for i, value in enumerate(tower_losses) if not math.isfinite(value)]
+        norms_bad = [i for i, value in enumerate(tower_gradient_norms)
+                     if not math.isfinite(value)]
+        self.bad_towers = losses_bad or norms_bad
+        super().__init__(f"{divergence(step, tower_losses, tower_gradient_norms, variables)}; "
+                         f"training stopped and {kept(last_checkpoint)}. Lower "
+                         "--initial_learning_rate, check the data, or rerun with "
+                         "--on_nan=rollback.")
+
+
+def divergence(step, tower_losses, tower_gradient_norms=(), variables=()):
+    """What went non-finite at `step`, for the log and the error."""
+    def towers(values):
+        return ", ".join(f"tower_{i}" for i, value in enumerate(values)
+                         if not math.isfinite(value))
+
+    def listed(values):
+        return ", ".join(f"tower_{i} = {value:.4g}" for i, value in enumerate(values))
+    if any(not math.isfinite(value) for value in tower_losses):
+        return (f"loss is not finite at step {step} in {towers(tower_losses)} "
+                f"({listed(tower_losses)})")
+    if any(not math.isfinite(value) for value in tower_gradient_norms):
+        return (f"the update of step {step} is not finite in {towers(tower_gradient_norms)} "
+                f"(gradient norms: {listed(tower_gradient_norms)})")
+    return (f"{len(variables)} variable(s) are not finite at step {step} (e.g. "
+            f"{variables[0] if variables else '?'})")
+
+
+def kept(last_checkpoint):
+    """How the error names the last good checkpoint (or that none was written)."""
+    return (f"the last good checkpoint is {last_checkpoint}" if last_checkpoint
+            else "no checkpoint was written")
+
+
+class DivergingError(RuntimeError):
+    """The smoothed loss climbed far above where it started (--on_divergence=stop)."""
+
+
+class LossWatch:
+    """The smoothed mean_loss and one warning when it climbs well above its starting value.
+
+    Smoothing is an exponential moving average over about `window` steps (bias-corrected, so
+    the first values count fully). The starting value is the run's first loss (an untrained
+    network's is the same for every run of a data set; after a resume, the loss it resumed
+    at); from `window` steps on, a smoothed loss above `factor` times it is the warning, once
+    per run. That is what a too-high learning rate does before the loss turns NaN.
+    """
+
+    def __init__(self, window=10, factor=2.0):
+        self.window, self.factor = window, factor
+        self.smoothed, self.start, self.start_step = None, None, None
+        self._average, self._weight, self._count, self.warned = 0.0, 0.0, 0, False
+
+    def add(self, step, loss):
+        """Takes the step's mean loss; returns the warning line when it is due, else None."""
+        decay = 1.0 - 1.0 / self.window
+        self._average = decay * self._average + (1.0 - decay) * loss
+        self._weight = decay * self._weight + (1.0 - decay)
+        self.smoothed = self._average / self._weight
+        self._count += 1
+        if self.start is None:
+            self.start, self.start_step = loss, step
+        if (self.warned or self._count < self.window
+                or not self.smoothed > self.factor * self.start):
+            return None
+        self.warned = True
+        return (f"the loss is climbing: smoothed loss {self.smoothed:.4g} at step {step}, "
+                f"{self.smoothed / self.start:.1f}x its {self.start:.4g} at step "
+                f"{self.start_step}. Lower --initial_learning_rate (a tenth is a good first "
+                "try), lengthen --warmup_steps, or pick a rate with --find_learning_rate.")
+
+
+class Diverged(Exception):
+    """Inside the loop: this step's loss, update or variables are not finite."""
+
+    def __init__(self, step, tower_losses=(), tower_gradient_norms=(), variables=()):
+        super().__init__(divergence(step, tower_losses, tower_gradient_norms, variables))
+        self.step, self.tower_losses = step, list(tower_losses)
+        self.tower_gradient_norms, self.variables = list(tower_gradient_norms), list(variables)
+
+    def error(self, last_checkpoint):
+        """The NonFiniteLossError to stop with."""
+        return NonFiniteLossError(self.step, self.tower_losses, last_checkpoint,
+                                  self.tower_gradient_norms, self.variables)
+
+
+class VariableHealth:
+    """Which saved float variables hold NaN or Inf (checked before every save), and how many
+    bytes a checkpoint of them takes."""
+
+    def __init__(self, saved_variables):
+        floats = [(name, v) for name, v in sorted(saved_variables.items())
+                  if v.dtype.base_dtype.is_floating]
+        self.names = [name for name, _ in floats]
+        checks = []
+        for _, variable in floats:
+            with tf.device(variable.device):
+                checks.append(tf.reduce_all(tf.math.is_finite(variable)))
+        with tf.name_scope("variable_health"):
+            self.finite = tf.stack(checks) if checks else tf.constant([], tf.bool)
+        self.checkpoint_bytes = sum(
+            v.shape.num_elements() * v.dtype.base_dtype.size for v in saved_variables.values())
+
+    def non_finite(self, session):
+        """Names of the variables that are not finite now."""
+        return [name for name, ok in zip(self.names, session.run(self.finite)) if not ok]

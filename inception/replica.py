@@ -1,0 +1,59 @@
+"""The hooks through which `train_loop.run_training` takes part in training: here the plain
+one-machine behaviour, which a cluster worker (distributed.py) overrides."""
+
+import contextlib
+
+import tensorflow as tf
+
+tf1 = tf.compat.v1
+
+
+class PeerStopped(Exception):
+    """Raised by `Replica.run_step` when the cluster's training ended; `step` is the global step
+    it ended at (another task stopped it, or max_steps was reached)."""
+
+    def __init__(self, step):
+        super().__init__(f"training ended by another task at step {step}")
+        self.step = step
+
+
+class Replica:
+    """How `run_training` takes part in training: the single-machine behaviour.
+
+    distributed.ClusterWorker overrides these hooks for one worker task of a cluster (shared
+    variables, synchronous updates, only the chief writing files); every hook here is the plain
+    one-machine step.
+    """
+    is_chief = True
+
+    def device_scope(self):
+        """Context manager around the whole graph build (places variables)."""
+        return contextlib.nullcontext()
+
+    def build(self, train_graph):
+        """Adds the replica's own ops to the default graph, after the training graph."""
+        del train_graph
+
+    def open_session(self, graph, session_config):
+        """A tf.compat.v1.Session running `graph`."""
+        return tf1.Session(graph=graph, config=session_config)
+
+    def wait_until_ready(self, session):
+        """Non-chief only: waits for the chief to initialize the model; returns the step."""
+        raise NotImplementedError("only a non-chief replica waits for the chief")
+
+    def begin(self, session):
+        """Runs once the variables are initialized or restored and the local ones too."""
+        del session
+
+    def run_step(self, session, fetches, step):
+        """Runs one training step; returns (fetched values, the step reached)."""
+        return session.run(fetches), step + 1
+
+    def before_save(self, session):
+        """Runs before each checkpoint (may raise to refuse it)."""
+        del session
+
+    def finish(self, session):
+        """Runs when the loop ends, however it ends (best effort, must not raise)."""
+        del session

@@ -22,7 +22,12 @@ flags.DEFINE_string("validation_directory", "",
                     "Validation images: <validation_directory>/<label>/<image>.")
 flags.DEFINE_string("labels_file", "", "One label (= folder name) per line; line i is label i "
                     "(0 is background). Default: the sorted sub-folders of --train_directory.")
-builder_cli.define_output_flags(train_shards=2, validation_shards=2, num_threads=2)
+flags.DEFINE_string("output_directory", "", "Where the shards and labels.txt go (created if "
+                    "missing; must not hold shards of the same splits).")
+flags.DEFINE_integer("train_shards", 2, "Number of training shards.")
+flags.DEFINE_integer("validation_shards", 2, "Number of validation shards.")
+flags.DEFINE_integer("num_threads", 2, "Threads writing shards at once; must divide both shard "
+                     "counts.")
 
 
 def options_from_flags():

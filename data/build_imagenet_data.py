@@ -28,7 +28,12 @@ flags.DEFINE_string("imagenet_metadata_file", imagenet.DEFAULT_METADATA_FILE,
                     "`<synset><TAB><human-readable name>` lines.")
 flags.DEFINE_string("bounding_box_file", "", "Box CSV `filename,xmin,ymin,xmax,ymax` from "
                     "//data:process_bounding_boxes; empty: no boxes.")
-builder_cli.define_output_flags(train_shards=1024, validation_shards=128, num_threads=8)
+flags.DEFINE_string("output_directory", "", "Where the shards and labels.txt go (created if "
+                    "missing; must not hold shards of the same splits).")
+flags.DEFINE_integer("train_shards", 1024, "Number of training shards.")
+flags.DEFINE_integer("validation_shards", 128, "Number of validation shards.")
+flags.DEFINE_integer("num_threads", 8, "Threads writing shards at once; must divide both shard "
+                     "counts.")
 
 
 def options_from_flags():

@@ -1,22 +1,12 @@
-"""What the shard builders' entry points share: the output and sharding flags (defaults differ
-per builder, as in the original scripts) and running a build with one-line errors."""
+"""What the shard builders' entry points share: running a build with one-line errors. (Each
+entry point defines its own flags: the defaults differ per builder, as in the original
+scripts.)"""
 
 from absl import flags
 
 from common import cli
 
 FLAGS = flags.FLAGS
-
-
-def define_output_flags(train_shards, validation_shards, num_threads):
-    """Defines --output_directory --train_shards --validation_shards --num_threads."""
-    flags.DEFINE_string("output_directory", "", "Where the shards and labels.txt go (created "
-                        "if missing; must not hold shards of the same splits).")
-    flags.DEFINE_integer("train_shards", train_shards, "Number of training shards.")
-    flags.DEFINE_integer("validation_shards", validation_shards,
-                         "Number of validation shards.")
-    flags.DEFINE_integer("num_threads", num_threads, "Threads writing shards at once; must "
-                         "divide both shard counts.")
 
 
 def run_build(argv, build, make_options):

@@ -59,12 +59,12 @@ class DefaultsTest(unittest.TestCase):
         values.update(overrides)
         return training.resolve_run(training.TrainOptions(**values), log=lambda line: None)
 
-    def test_a_new_data_set_gets_adam_a_warmup_and_mild_crops(self):
+    def test_a_new_data_set_gets_adam_and_mild_crops(self):
         run = self.resolve()
         self.assertEqual(run.dataset.name, "custom")
         self.assertEqual([stage.optimizer for stage in run.plan.stages], ["adam"])
         self.assertEqual(run.optimization.initial_learning_rate, 0.001)
-        self.assertEqual(run.optimization.warmup_steps, 50)
+        self.assertEqual(run.optimization.warmup_steps, 0)
         self.assertEqual(run.dataset.defaults.crop, datasets.MILD_CROP)
 
     def test_imagenet_keeps_the_original_recipe(self):
@@ -75,11 +75,11 @@ class DefaultsTest(unittest.TestCase):
         self.assertEqual(run.dataset.defaults.crop, image_processing.ORIGINAL_CROP)
 
     def test_flags_win(self):
-        run = self.resolve(optimizer="rmsprop", initial_learning_rate=0.01, warmup_steps=0,
+        run = self.resolve(optimizer="rmsprop", initial_learning_rate=0.01, warmup_steps=20,
                            stages="head:5:InceptionV3/Logits;all")
         self.assertEqual([stage.optimizer for stage in run.plan.stages], ["rmsprop", "rmsprop"])
         self.assertEqual(run.optimization.initial_learning_rate, 0.01)
-        self.assertEqual(run.optimization.warmup_steps, 0)
+        self.assertEqual(run.optimization.warmup_steps, 20)
 
     def test_optimizer_with_a_plan_file_is_refused(self):
         with self.assertRaisesRegex(options.OptionsError, "plan file names"):

@@ -1,5 +1,5 @@
 """The hooks through which `train_loop.run_training` takes part in training: here the plain
-one-machine behaviour, which a cluster worker (distributed.py) overrides."""
+one-machine behaviour, which a cluster worker (distributed/worker.py) overrides."""
 
 import contextlib
 

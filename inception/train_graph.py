@@ -131,7 +131,7 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices, p
       plan: stages.TrainingPlan; None trains everything in one stage.
       histograms: add gradient and variable histograms to the summaries (costly).
       wrap_optimizer: optional callable(optimizer, moving_average, variables) -> an optimizer
-        whose apply_gradients also updates `moving_average` of `variables` (distributed.py:
+        whose apply_gradients also updates `moving_average` of `variables` (distributed/worker.py:
         synchronous replicas, whose chief applies both once per global step).
       initial_loss_scale: turns on dynamic loss scaling (loss_scaling.py; for fp16 towers)
         starting at this scale; None: off. Not combinable with wrap_optimizer.

@@ -18,8 +18,11 @@ from inception import checkpoints
 from inception import cluster as cluster_lib
 from inception import stages
 from inception import training
+from inception.distributed import worker as worker_lib
 from tests import sharding
 from tests import testing_utils
+
+tf1 = tf.compat.v1
 
 STARTUP_TIMEOUT_SECS = 120
 STEP_TIMEOUT_SECS = 60
@@ -243,6 +246,28 @@ class ClusterPlanTest(unittest.TestCase):
         self.assertEqual(result.returncode, 2, result.stderr[-2000:])
         self.assertEqual(len(error_lines(result.stderr)), 1, result.stderr[-2000:])
         self.assertIn("--num_replicas_to_aggregate=2", result.stderr)
+
+
+class PinnedInternalsTest(unittest.TestCase):
+    """The one private TensorFlow attribute the cluster code reads, pinned."""
+
+    def test_sync_replicas_optimizer_keeps_its_token_queue(self):
+        with tf.Graph().as_default():
+            weights = tf1.get_variable("w", [2])
+            optimizer = tf1.train.SyncReplicasOptimizer(
+                tf1.train.GradientDescentOptimizer(0.1), replicas_to_aggregate=1,
+                total_num_replicas=1)
+            optimizer.apply_gradients([(tf.ones([2]), weights)],
+                                      global_step=tf1.train.get_or_create_global_step())
+            optimizer.ready_for_local_init_op.mark_used()  # for MonitoredSession, unused here
+            try:
+                queue = worker_lib.sync_token_queue(optimizer)
+            except AttributeError:
+                self.fail("TensorFlow renamed SyncReplicasOptimizer._sync_token_queue: find the "
+                          "token queue's new name in tensorflow/python/training/"
+                          "sync_replicas_optimizer.py and update "
+                          "inception/distributed/worker.py:sync_token_queue.")
+            self.assertIsNotNone(queue.close())
 
 
 if __name__ == "__main__":

@@ -1,0 +1,96 @@
+"""What every task of a cluster shares: the limits of every wait, the errors, reaching the
+other tasks, this task's server, and the queue through which workers say they are done."""
+
+import os
+import re
+import socket
+
+import tensorflow as tf
+
+from inception.cluster import JOBS
+from inception.cluster import split_address
+
+tf1 = tf.compat.v1
+
+PROBE_INTERVAL_SECS = 2.0
+PROBE_FAILURES = 3
+PROBE_CONNECT_TIMEOUT_SECS = 3.0
+SHUTDOWN_TIMEOUT_SECS = 10.0
+STUCK_GRACE_SECS = 30.0
+PS_SIGNAL_GRACE_SECS = 60.0
+CONNECTION_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError,
+                     tf.errors.CancelledError, tf.errors.DeadlineExceededError,
+                     tf.errors.OutOfRangeError)
+DONE_QUEUE_NAME = "inception_workers_done"
+# Lines of TensorFlow error messages that say where, not what.
+BOILERPLATE = re.compile(r"Graph execution error|Detected at node|Additional GRPC|"
+                         r"([A-Z_]+: )?From /job|File |\[\[|:\{|:UNKNOWN")
+READY_FLAG_NAME = "inception_model_ready"
+
+
+class ClusterError(RuntimeError):
+    """A task of the cluster failed, vanished or did not answer in time; one line for the user."""
+
+
+class DivergedError(RuntimeError):
+    """The shared weights are no longer finite (a worker's loss diverged)."""
+
+
+def is_reachable(address, timeout=PROBE_CONNECT_TIMEOUT_SECS):
+    """True when something accepts TCP connections at `host:port` (a running task's server)."""
+    try:
+        with socket.create_connection(split_address(address), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def unreachable_tasks(settings):
+    """'ps 0 at host:port, ...' for the other tasks that do not accept connections now."""
+    down = [f"{job} {task} at {address}" for job in JOBS
+            for task, address in enumerate(settings.hosts(job))
+            if (job, task) != (settings.job_name, settings.task_id)
+            and not is_reachable(address)]
+    return ", ".join(down)
+
+
+def start_server(settings, config):
+    """Starts this task's gRPC server (tf.compat.v1.train.Server) and returns it."""
+    # Fail-fast RPCs: without this a call to a task that died is retried forever, so a session
+    # cannot even be closed after a peer was lost (measured: the chief hangs at shutdown).
+    os.environ.setdefault("GRPC_FAIL_FAST", "true")
+    try:
+        return tf1.train.Server(settings.cluster_spec(), job_name=settings.job_name,
+                                task_index=settings.task_id, config=config, start=True)
+    except (tf.errors.OpError, ValueError) as error:
+        raise ClusterError(f"cannot start the {settings.job_name} {settings.task_id} server at "
+                           f"{settings.address} ({first_line(error)}); is that port in use, or "
+                           "is the address not one of this machine's?") from None
+
+
+def first_line(error):
+    """The informative line of a TensorFlow error (its message without graph boilerplate)."""
+    text = getattr(error, "message", None) or str(error)
+    for line in text.splitlines():
+        line = line.strip()
+        if any(c.isalpha() for c in line) and not BOILERPLATE.match(line):
+            return line.rstrip(".")
+    return type(error).__name__
+
+
+def run_options(timeout_secs):
+    """RunOptions that end a call after `timeout_secs`."""
+    return tf1.RunOptions(timeout_in_ms=max(1, int(timeout_secs * 1000)))
+
+
+def ps_device(task):
+    """The CPU of parameter server `task`."""
+    return f"/job:ps/task:{task}/device:CPU:0"
+
+
+def done_queue(ps_task):
+    """The queue on parameter server `ps_task` into which each worker puts its task id when it
+    ends; the same shared queue whichever graph (a worker's or the server's own) defines it.
+    Build it, and the ops that use it, under tf.device(ps_device(ps_task))."""
+    return tf1.FIFOQueue(-1, tf.int32, shapes=(), shared_name=DONE_QUEUE_NAME,
+                         name=f"{DONE_QUEUE_NAME}_{ps_task}")

@@ -1,0 +1,118 @@
+"""A parameter-server task: serves the variables until every worker says it is done, and stops
+the cluster when a worker is lost (it probes each worker's port)."""
+
+import time
+
+import tensorflow as tf
+
+from inception import train_loop
+from inception.distributed.connections import ClusterError
+from inception.distributed.connections import PROBE_FAILURES
+from inception.distributed.connections import PROBE_INTERVAL_SECS
+from inception.distributed.connections import PS_SIGNAL_GRACE_SECS
+from inception.distributed.connections import done_queue
+from inception.distributed.connections import is_reachable
+from inception.distributed.connections import ps_device
+from inception.distributed.connections import start_server
+from inception.stop_request import StopRequest
+
+tf1 = tf.compat.v1
+
+
+def run_parameter_server(settings, log=print):
+    """Serves parameter-server task `settings.task_id` until every worker says it is done.
+
+    Returns None after a normal end, or the number of the signal that stopped it early (the
+    first SIGINT/SIGTERM still lets the workers finish for up to PS_SIGNAL_GRACE_SECS).
+    Raises ClusterError when a worker does not come up within `startup_timeout_secs`, or
+    disappears without saying it is done.
+    """
+    server = start_server(settings, tf1.ConfigProto(device_count={"GPU": 0}))
+    log(train_loop.timestamped(f"{settings.describe()}: serving variables"))
+    # The queue is polled, never waited on with a timeout: a timed-out wait on the server's
+    # own master can deadlock TensorFlow's cancellation (measured, after some hundred waits).
+    graph = tf.Graph()
+    with graph.as_default(), tf.device(ps_device(settings.task_id)):
+        queue = done_queue(settings.task_id)
+        count = tf1.placeholder(tf.int32, [])
+        waiting, take = queue.size(), queue.dequeue_many(count)
+    config = tf1.ConfigProto(device_filters=[f"/job:ps/task:{settings.task_id}"])
+    watch = _WorkerWatch(settings, time.time())
+    signalled_at = None
+    with tf1.Session(server.target, graph=graph, config=config) as session, \
+            StopRequest(log, f"letting the workers finish first (for at most "
+                             f"{PS_SIGNAL_GRACE_SECS:g} s)") as stop:
+        while not watch.all_done:
+            if stop.requested:
+                signalled_at = signalled_at or time.time()
+                if time.time() - signalled_at > PS_SIGNAL_GRACE_SECS:
+                    return stop.signal_number
+            arrived = int(session.run(waiting))
+            if arrived:
+                for task in session.run(take, {count: arrived}):
+                    watch.mark_done(int(task))
+                continue
+            watch.probe(time.time())
+            time.sleep(PROBE_INTERVAL_SECS)
+    log(train_loop.timestamped(f"all {settings.num_workers} worker(s) are done; parameter "
+                               f"server {settings.task_id} exits"))
+    return None
+
+
+class _WorkerWatch:
+    """Which workers are done, have been seen, or stopped answering (for a parameter server)."""
+
+    def __init__(self, settings, start_time):
+        self._settings = settings
+        self._startup_deadline = start_time + settings.startup_timeout_secs
+        self._done, self._seen, self._misses = set(), set(), {}
+        self._first_done_time = None
+
+    @property
+    def all_done(self):
+        """True once every worker said it is done."""
+        return len(self._done) == self._settings.num_workers
+
+    def mark_done(self, task):
+        """Records that worker `task` ended its training."""
+        self._done.add(task)
+        if self._first_done_time is None:
+            self._first_done_time = time.time()
+
+    def probe(self, now):
+        """Checks every worker not yet done; raises ClusterError for a lost, absent or stuck
+        one."""
+        self._check_stragglers(now)
+        for task, address in enumerate(self._settings.worker_hosts):
+            if task in self._done:
+                continue
+            if is_reachable(address):
+                self._seen.add(task)
+                self._misses[task] = 0
+            elif task in self._seen:
+                self._misses[task] = self._misses.get(task, 0) + 1
+                if self._misses[task] >= PROBE_FAILURES:
+                    raise ClusterError(
+                        f"worker {task} at {address} stopped answering before it finished "
+                        f"training; parameter server {self._settings.task_id} stops too. See "
+                        "that worker's log, then restart every task to resume from the last "
+                        "checkpoint.")
+            elif now > self._startup_deadline:
+                raise ClusterError(
+                    f"worker {task} at {address} did not come up within "
+                    f"{self._settings.startup_timeout_secs:g} s; start it (with the same "
+                    "--ps_hosts/--worker_hosts) or raise --startup_timeout_secs.")
+
+    def _check_stragglers(self, now):
+        # A worker that ends releases the others at once (it closes the token queue), so the
+        # rest end soon after; one that does not is stuck (e.g. stopped) though it still
+        # accepts connections.
+        limit = self._settings.step_timeout_secs
+        if self._first_done_time is None or now - self._first_done_time <= limit:
+            return
+        pending = [f"worker {task} at {address}"
+                   for task, address in enumerate(self._settings.worker_hosts)
+                   if task not in self._done]
+        raise ClusterError(f"{', '.join(pending)} did not finish within {limit:g} s after the "
+                           f"first worker did; parameter server {self._settings.task_id} stops. "
+                           "See those workers' logs.")

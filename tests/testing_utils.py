@@ -9,7 +9,6 @@ from unittest import mock
 
 import numpy as np
 import tensorflow as tf
-from tf_slim.layers import layers as slim_layers
 from tf_slim.ops import arg_scope
 
 from data import demo_data
@@ -185,7 +184,7 @@ def tiny_inception_step(devices, config, batch=16, compute_dtype=None, loss_scal
         input_batch = input_pipeline.InputBatch(
             images=image_batch, labels=label_batch, corrupt_records=tf.constant(0, tf.int64),
             initializer=iterator.initializer)
-        with mock.patch.object(slim_layers, "dropout", no_dropout):
+        with mock.patch.object(model, "mask_dropout", no_dropout):
             built = train_graph.build_train_graph(
                 input_batch, functools.partial(model.make_model_fn, settings,
                                                compute_dtype=compute_dtype),

@@ -25,31 +25,27 @@ def write_text_atomically(path, text):
     into place, so readers see the old file or the new one, never half. A failed write (a full
     disk, a missing directory) removes the temporary file and raises the OSError (a
     tf.errors.OpError for a URL path, written through tf.io.gfile)."""
-    if is_url(path):
-        _write_through_gfile(path, text)
-        return
-    # Same directory: os.replace is atomic only within one file system. The thread in the name
+    # Same directory: a rename is atomic only within one file system. The thread in the name
     # keeps two threads writing the same path from sharing a temporary file.
     temporary = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
+    opener, rename, remove, remove_errors = _file_operations(path)
     try:
-        with open(temporary, "w", encoding="utf-8") as handle:
+        with opener(temporary) as handle:
             handle.write(text)
-        os.replace(temporary, path)
+        rename(temporary, path)
     except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(temporary)
+        with contextlib.suppress(*remove_errors):
+            remove(temporary)
         raise
 
 
-def _write_through_gfile(path, text):
-    # TensorFlow only for URL paths: local writers (the bounding-box job) stay TensorFlow-free.
+def _file_operations(path):
+    """(open for writing text, rename over, remove, errors remove may raise) for `path`:
+    tf.io.gfile for a URL, plain os otherwise (the bounding-box job stays TensorFlow-free)."""
+    if not is_url(path):
+        return (lambda name: open(name, "w", encoding="utf-8"), os.replace, os.remove,
+                (OSError,))
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    temporary = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
-    try:
-        with tf.io.gfile.GFile(temporary, "w") as handle:
-            handle.write(text)
-        tf.io.gfile.rename(temporary, path, overwrite=True)
-    except BaseException:
-        with contextlib.suppress(tf.errors.OpError):
-            tf.io.gfile.remove(temporary)
-        raise
+    return (lambda name: tf.io.gfile.GFile(name, "w"),
+            lambda source, target: tf.io.gfile.rename(source, target, overwrite=True),
+            tf.io.gfile.remove, (tf.errors.OpError,))

@@ -172,7 +172,6 @@ def export_training_run(checkpoint_dir, export_dir, checkpoint_path="", top_k=DE
     """Exports the newest checkpoint of the training directory `checkpoint_dir` (or
     `checkpoint_path`) with the settings and label names stored beside it; returns the new
     version directory. Everything is checked before anything is written."""
-    check_export_dir(export_dir)
     stored_run = read_training_run(checkpoint_dir)
     checkpoint_path = checkpoint_path or newest_checkpoint(checkpoint_dir)
     if not tf.io.gfile.exists(checkpoint_path + ".index"):

@@ -16,8 +16,10 @@ import math
 import numpy as np
 import tensorflow as tf
 
+from inception.loop_guards import SmoothedValue
+
 tf1 = tf.compat.v1
-SMOOTHING = 0.9  # exponential moving average of the loss, bias-corrected
+SMOOTHING = 0.9  # decay of the loss's bias-corrected exponential moving average
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,16 +45,6 @@ class RangeResult:
     suggested_rate: float
 
 
-def smooth(losses):
-    """The bias-corrected exponential moving average of `losses`."""
-    average, weight, smoothed = 0.0, 0.0, []
-    for loss in losses:
-        average = SMOOTHING * average + (1 - SMOOTHING) * loss
-        weight = SMOOTHING * weight + (1 - SMOOTHING)
-        smoothed.append(average / weight)
-    return smoothed
-
-
 def suggest(rates, smoothed_losses):
     """(rate of the lowest smoothed loss, a tenth of it)."""
     finite = [(loss, rate) for rate, loss in zip(rates, smoothed_losses) if math.isfinite(loss)]
@@ -65,20 +57,20 @@ def suggest(rates, smoothed_losses):
 def run_range_test(session, train_op, mean_loss, rate_input, test, log=print):
     """Runs the test's steps in `session` (initialized, input ready), feeding each rate into
     `rate_input` (a float32 placeholder) and fetching `mean_loss`; returns RangeResult."""
-    tried, losses = [], []
+    tried, smoothed_losses = [], []
+    smoother = SmoothedValue(SMOOTHING)
     best = math.inf
     for index, rate in enumerate(test.rates()):
         _, loss = session.run([train_op, mean_loss], {rate_input: rate})
         tried.append(float(rate))
-        losses.append(float(loss))
-        smoothed = smooth(losses)[-1]
+        smoothed = smoother.add(float(loss))
+        smoothed_losses.append(smoothed)
         best = min(best, smoothed)
         if (index + 1) % 20 == 0:
             log(f"rate {rate:.3g}: smoothed loss {smoothed:.4f}")
         if not math.isfinite(smoothed) or smoothed > test.stop_factor * best:
             log(f"rate {rate:.3g}: the loss blew up ({smoothed:.4g}); stopping the test.")
             break
-    smoothed_losses = smooth(losses)
     lowest, suggested = suggest(tried, smoothed_losses)
     return RangeResult(tried, smoothed_losses, lowest, suggested)
 

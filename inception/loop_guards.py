@@ -51,6 +51,21 @@ class DivergingError(RuntimeError):
     """The smoothed loss climbed far above where it started (--on_divergence=stop)."""
 
 
+class SmoothedValue:
+    """The bias-corrected exponential moving average of a series (as TensorBoard smooths):
+    `add(value)` returns the average so far; the first values count fully."""
+
+    def __init__(self, decay):
+        self.decay = decay
+        self._average, self._weight = 0.0, 0.0
+
+    def add(self, value):
+        """Takes the next value; returns the smoothed value."""
+        self._average = self.decay * self._average + (1.0 - self.decay) * value
+        self._weight = self.decay * self._weight + (1.0 - self.decay)
+        return self._average / self._weight
+
+
 class LossWatch:
     """The smoothed mean_loss and one warning when it climbs well above its starting value.
 
@@ -64,14 +79,12 @@ class LossWatch:
     def __init__(self, window=10, factor=2.0):
         self.window, self.factor = window, factor
         self.smoothed, self.start, self.start_step = None, None, None
-        self._average, self._weight, self._count, self.warned = 0.0, 0.0, 0, False
+        self._smoother = SmoothedValue(1.0 - 1.0 / window)
+        self._count, self.warned = 0, False
 
     def add(self, step, loss):
         """Takes the step's mean loss; returns the warning line when it is due, else None."""
-        decay = 1.0 - 1.0 / self.window
-        self._average = decay * self._average + (1.0 - decay) * loss
-        self._weight = decay * self._weight + (1.0 - decay)
-        self.smoothed = self._average / self._weight
+        self.smoothed = self._smoother.add(loss)
         self._count += 1
         if self.start is None:
             self.start, self.start_step = loss, step

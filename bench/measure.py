@@ -100,9 +100,11 @@ def ours(settings):
     Towers go where training puts them: one per GPU (GPUs split into virtual devices of
     `virtual_gpu_memory_mb` when there are more towers than GPUs), else virtual CPU devices.
     """
+    from inception import datasets  # pylint: disable=import-outside-toplevel
     from inception import devices  # pylint: disable=import-outside-toplevel
     from inception import loss_scaling  # pylint: disable=import-outside-toplevel
     from inception import model  # pylint: disable=import-outside-toplevel
+    from inception import settings as settings_lib  # pylint: disable=import-outside-toplevel
     from inception import train_graph  # pylint: disable=import-outside-toplevel
     batch, size, towers = settings["batch_size"], settings["image_size"], settings["towers"]
     precision = settings.get("precision", "fp32")
@@ -114,17 +116,18 @@ def ours(settings):
                                                     placement)
     stage_inputs = settings.get("stage_inputs", placement.device_type == "gpu")
     compute_dtype = devices.tower_compute_dtype(precision, placement)
-    model_settings = model.ModelSettings(NUM_CLASSES, size, settings["depth_multiplier"],
-                                         "synthetic")
+    model_settings = settings_lib.ModelSettings(NUM_CLASSES, size, settings["depth_multiplier"],
+                                                "synthetic")
+    imagenet = settings_lib.with_defaults(settings_lib.OptimizationSettings(),
+                                          datasets.IMAGENET_DEFAULTS)
     graph = tf.Graph()
     with graph.as_default():
         input_batch = synthetic_input(batch, size)
-        optimization = train_graph.OptimizationSettings(batch_size=batch,
-                                                        examples_per_epoch=1_281_167)
         built = train_graph.build_train_graph(
             input_batch,
             lambda decay: model.make_model_fn(model_settings, decay, compute_dtype),
-            optimization, placement.tower_devices,
+            imagenet, placement.tower_devices,
+            datasets.KNOWN_DATASETS["imagenet"].examples["train"],
             initial_loss_scale=loss_scaling.INITIAL_SCALE if precision == "fp16" else None,
             variable_device=variable_device, stage_inputs=stage_inputs)
         train_op = built.stages[0].train_op

@@ -16,7 +16,9 @@ import tensorflow as tf
 
 from common import files
 from inception import errors
-from inception.model import ModelSettings
+from inception.settings import DataSettings
+from inception.settings import ModelSettings
+from inception.settings import TrainSettings
 
 SETTINGS_FILE = "model_settings.json"
 
@@ -25,18 +27,12 @@ class CheckpointError(ValueError):
     """A checkpoint directory cannot be used as asked; the message says what to do."""
 
 
-@dataclasses.dataclass(frozen=True)
-class StoredRun:
-    """What a training directory says about its run."""
-    settings: ModelSettings
-    data_dir: str
-
-
-def write_stored_run(train_dir, run):
-    """Writes `model_settings.json` into `train_dir` atomically, and only when it changes.
+def write_stored_run(train_dir, settings):
+    """Writes `model_settings.json` into `train_dir` from the run's resolved TrainSettings (its
+    model section and data directory), atomically and only when it changes.
 
     Raises CheckpointError naming the file when it cannot be written (the old one stays)."""
-    payload = dict(dataclasses.asdict(run.settings), data_dir=run.data_dir)
+    payload = dict(dataclasses.asdict(settings.model), data_dir=settings.data.data_dir)
     text = json.dumps(payload, indent=2, sort_keys=True) + "\n"
     path = os.path.join(train_dir, SETTINGS_FILE)
     if tf.io.gfile.exists(path):
@@ -54,7 +50,8 @@ def write_stored_run(train_dir, run):
 
 
 def read_stored_run(train_dir):
-    """The StoredRun of `train_dir`, or None when it has no settings file."""
+    """The stored part of the TrainSettings of `train_dir` (its model section and data
+    directory), or None when it has no settings file."""
     path = os.path.join(train_dir, SETTINGS_FILE)
     if not tf.io.gfile.exists(path):
         return None
@@ -62,7 +59,7 @@ def read_stored_run(train_dir):
         with tf.io.gfile.GFile(path) as handle:
             payload = json.loads(handle.read())
         data_dir = payload.pop("data_dir", "")
-        return StoredRun(ModelSettings(**payload), data_dir)
+        return TrainSettings(model=ModelSettings(**payload), data=DataSettings(data_dir=data_dir))
     except (ValueError, TypeError) as error:
         raise CheckpointError(f"{path} is damaged ({error}); restore it from a backup or "
                               "delete it to use the flags' settings.") from None

@@ -14,7 +14,7 @@ import tensorflow as tf
 from data import demo_data
 from data import tfrecord_format
 from inception.image_processing import CropSettings
-from inception.options import DATASET_NAMES
+from inception.settings import DATASET_NAMES
 
 LABELS_FILE = tfrecord_format.LABELS_FILE
 

@@ -19,7 +19,7 @@ import math
 import tensorflow as tf
 
 from common import machine
-from inception.options import PRECISIONS
+from inception.settings import PRECISIONS
 
 tf1 = tf.compat.v1
 DEFAULT_CPU_TOWERS = 2

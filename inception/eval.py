@@ -2,14 +2,14 @@
 
 Reads the model settings stored beside the checkpoints, so usually only --checkpoint_dir is
 needed. Flags follow the original tensorflow/models inception_eval.py. Every flag is checked
-before TensorFlow loads (options.py).
+before TensorFlow loads (settings.py).
 """
 
 from absl import app
 from absl import flags
 
 from inception import cli
-from inception import options as options_lib
+from inception import settings as settings_lib
 
 FLAGS = flags.FLAGS
 
@@ -30,10 +30,10 @@ flags.DEFINE_float("depth_multiplier", None, "Override the stored depth multipli
 flags.DEFINE_bool("strict_input", False, "Stop on a damaged image instead of skipping it.")
 
 
-def options_from_flags():
-    """EvalOptions from the parsed flags, checked (one line and exit 2 for a bad one)."""
+def settings_from_flags():
+    """EvalSettings from the parsed flags, checked (one line and exit 2 for a bad one)."""
     try:
-        return options_lib.EvalOptions(
+        return settings_lib.EvalSettings(
             checkpoint_dir=cli.user_path(FLAGS.checkpoint_dir),
             eval_dir=cli.user_path(FLAGS.eval_dir), data_dir=cli.user_path(FLAGS.data_dir),
             subset=FLAGS.subset, num_examples=FLAGS.num_examples, batch_size=FLAGS.batch_size,
@@ -48,11 +48,11 @@ def options_from_flags():
 def main(argv):
     if len(argv) > 1:
         cli.fail(f"unexpected arguments {argv[1:]}; flags look like --run_once.", code=2)
-    options = options_from_flags()
+    settings = settings_from_flags()
     cli.quiet_tensorflow()
     from inception import evaluation  # pylint: disable=import-outside-toplevel
     try:
-        evaluation.run_evaluation(options, log=cli.log)
+        evaluation.run_evaluation(settings, log=cli.log)
     except ValueError as error:
         cli.fail(error)
 

@@ -1,4 +1,4 @@
-"""One evaluation job from explicit options: settings from the checkpoint directory, the
+"""One evaluation job from one EvalSettings: model settings from the checkpoint directory, the
 subset's shards, then one checkpoint (`run_once`) or every new one as it appears."""
 
 import dataclasses
@@ -11,7 +11,7 @@ from inception import datasets
 from inception import devices
 from inception import evaluator
 from inception import input_pipeline
-from inception.options import EvalOptions  # noqa: F401  (callers build jobs from it)
+from inception.settings import EvalSettings  # noqa: F401  (callers build jobs from it)
 from inception.stop_request import StopRequest
 
 tf1 = tf.compat.v1
@@ -22,43 +22,44 @@ def default_eval_dir(checkpoint_dir, subset):
     return os.path.join(checkpoint_dir, f"eval_{subset}")
 
 
-def resolve_settings(options, log=print):
-    """(ModelSettings, Dataset) from the checkpoint directory, with flag overrides."""
-    stored = checkpoints.read_stored_run(options.checkpoint_dir)
+def resolve_settings(job, log=print):
+    """(ModelSettings, Dataset) from the checkpoint directory, with the overrides of the
+    EvalSettings `job`."""
+    stored = checkpoints.read_stored_run(job.checkpoint_dir)
     if stored is None:
-        if not tf.io.gfile.isdir(options.checkpoint_dir):
+        if not tf.io.gfile.isdir(job.checkpoint_dir):
             raise checkpoints.CheckpointError(
-                f"--checkpoint_dir={options.checkpoint_dir} does not exist; pass the --train_dir "
+                f"--checkpoint_dir={job.checkpoint_dir} does not exist; pass the --train_dir "
                 "of a training run.")
         raise checkpoints.CheckpointError(
-            f"{options.checkpoint_dir} has no {checkpoints.SETTINGS_FILE}; it is not a training "
+            f"{job.checkpoint_dir} has no {checkpoints.SETTINGS_FILE}; it is not a training "
             "directory of this trainer (or training has not started yet).")
-    settings = stored.settings
-    overrides = {name: getattr(options, name) for name in ("image_size", "depth_multiplier")
-                 if getattr(options, name) is not None}
+    settings = stored.model
+    overrides = {name: getattr(job, name) for name in ("image_size", "depth_multiplier")
+                 if getattr(job, name) is not None}
     if overrides:
         settings = dataclasses.replace(settings, **overrides)
         log(f"note: overriding the stored model settings with {overrides}")
-    dataset = datasets.resolve_dataset(settings.dataset, options.data_dir or stored.data_dir,
+    dataset = datasets.resolve_dataset(settings.dataset, job.data_dir or stored.data.data_dir,
                                        settings.num_classes - 1, log=log)
     return settings, dataset
 
 
-def run_evaluation(options, log=print, logits_fn=None):
-    """Evaluates as `options` say; returns the list of EvalResult (one per checkpoint)."""
-    options.validate()
+def run_evaluation(job, log=print, logits_fn=None):
+    """Evaluates as `job` say; returns the list of EvalResult (one per checkpoint)."""
+    job.validate()
     # Memory growth before anything creates the GPU devices: evaluation shares the GPU with a
     # training run beside it.
     devices.configure_gpus(devices.plan_towers(None, devices.count_gpus()))
-    settings, dataset = resolve_settings(options, log)
-    shards = dataset.shards(options.subset)
-    expected = dataset.num_examples(options.subset, log)
-    if options.num_examples:
-        expected = min(expected, options.num_examples)
-    eval_graph = evaluator.build_eval_graph(shards, settings, options.batch_size,
-                                            options.num_examples, options.strict_input,
+    settings, dataset = resolve_settings(job, log)
+    shards = dataset.shards(job.subset)
+    expected = dataset.num_examples(job.subset, log)
+    if job.num_examples:
+        expected = min(expected, job.num_examples)
+    eval_graph = evaluator.build_eval_graph(shards, settings, job.batch_size,
+                                            job.num_examples, job.strict_input,
                                             logits_fn=logits_fn)
-    eval_dir = options.eval_dir or default_eval_dir(options.checkpoint_dir, options.subset)
+    eval_dir = job.eval_dir or default_eval_dir(job.checkpoint_dir, job.subset)
     tf.io.gfile.makedirs(eval_dir)
     with eval_graph.graph.as_default():  # v1 FileWriter refuses to start in eager mode
         writer = tf1.summary.FileWriter(eval_dir)
@@ -67,7 +68,7 @@ def run_evaluation(options, log=print, logits_fn=None):
     config.gpu_options.allow_growth = True
 
     def evaluate(path):
-        log(f"evaluating {path} on {expected} {options.subset} examples of {dataset.name}...")
+        log(f"evaluating {path} on {expected} {job.subset} examples of {dataset.name}...")
         try:
             result = evaluator.evaluate_checkpoint(eval_graph, path, config, expected)
         except tf.errors.OpError as error:
@@ -82,17 +83,17 @@ def run_evaluation(options, log=print, logits_fn=None):
         results.append(result)
 
     try:
-        if options.run_once:
-            latest = checkpoints.latest_checkpoint(options.checkpoint_dir)
+        if job.run_once:
+            latest = checkpoints.latest_checkpoint(job.checkpoint_dir)
             if latest is None:
                 raise checkpoints.CheckpointError(
-                    f"no checkpoint in {options.checkpoint_dir} yet; wait for training to save "
+                    f"no checkpoint in {job.checkpoint_dir} yet; wait for training to save "
                     "one, or drop --run_once to wait for it.")
             evaluate(latest)
         else:
             with StopRequest(log, "stopping after the current evaluation") as stop:
-                evaluator.watch_checkpoints(options.checkpoint_dir, evaluate,
-                                            options.eval_interval_secs, options.timeout_secs,
+                evaluator.watch_checkpoints(job.checkpoint_dir, evaluate,
+                                            job.eval_interval_secs, job.timeout_secs,
                                             stop, log)
     finally:
         writer.close()

@@ -122,7 +122,8 @@ def export_saved_model(checkpoint_path, stored_run, label_names, export_dir,
     """Writes the SavedModel of `checkpoint_path` to `<export_dir>/<step>`; returns that path.
 
     Args:
-      stored_run: checkpoints.StoredRun of the training directory (settings, data directory).
+      stored_run: the stored TrainSettings of the training directory
+        (checkpoints.read_stored_run: its model section and data directory).
       label_names: label_names[i - 1] names label i; empty when the data set had none.
 
     Raises ExportError when that version exists already (nothing is overwritten).
@@ -132,7 +133,7 @@ def export_saved_model(checkpoint_path, stored_run, label_names, export_dir,
     if tf.io.gfile.exists(version_dir):
         raise ExportError(f"{version_dir} exists already (this checkpoint was exported); train "
                           "further for a new version or pass another --export_dir.")
-    serving_graph = build_serving_graph(stored_run.settings, label_names, top_k, logits_fn)
+    serving_graph = build_serving_graph(stored_run.model, label_names, top_k, logits_fn)
     # Written whole under a temporary name first: beside the versions on a local disk (then one
     # rename), in a local temporary directory for a URL (object stores cannot rename folders).
     staging_parent = tempfile.mkdtemp() if files.is_url(export_dir) else export_dir
@@ -178,13 +179,14 @@ def export_training_run(checkpoint_dir, export_dir, checkpoint_path="", top_k=DE
         raise ExportError(f"--checkpoint_path={checkpoint_path} does not exist; pass a prefix "
                           "such as <train_dir>/model.ckpt-1000 (without .index).")
     label_names = stored_label_names(stored_run, log)
-    log(f"exporting {checkpoint_path} ({stored_run.settings.image_size} px, "
-        f"{stored_run.settings.num_classes - 1} labels)...")
+    log(f"exporting {checkpoint_path} ({stored_run.model.image_size} px, "
+        f"{stored_run.model.num_classes - 1} labels)...")
     return export_saved_model(checkpoint_path, stored_run, label_names, export_dir, top_k)
 
 
 def read_training_run(checkpoint_dir):
-    """The StoredRun of a training directory; ExportError saying what to pass when it is none."""
+    """The stored TrainSettings of a training directory (model section, data directory);
+    ExportError saying what to pass when it has none."""
     if not tf.io.gfile.isdir(checkpoint_dir):
         raise ExportError(f"{checkpoint_dir} does not exist; pass the --train_dir of a "
                           "training run.")
@@ -207,8 +209,8 @@ def newest_checkpoint(checkpoint_dir):
 def stored_label_names(stored_run, log=print):
     """Label names from the labels.txt of the run's data directory; () with a note when that
     directory has none (the labels are then shown as numbers)."""
-    path = os.path.join(stored_run.data_dir, tfrecord_format.LABELS_FILE)
-    if stored_run.data_dir and tf.io.gfile.exists(path):
+    path = os.path.join(stored_run.data.data_dir, tfrecord_format.LABELS_FILE)
+    if stored_run.data.data_dir and tf.io.gfile.exists(path):
         return tuple(tfrecord_format.read_labels_file(path))
     log(f"note: no {path}; labels will be shown as numbers.")
     return ()
@@ -240,5 +242,5 @@ def _write_settings(target_dir, stored_run):
     extra = os.path.join(target_dir, "assets.extra")
     tf.io.gfile.makedirs(extra)
     with tf.io.gfile.GFile(os.path.join(extra, checkpoints.SETTINGS_FILE), "w") as handle:
-        handle.write(json.dumps(dataclasses.asdict(stored_run.settings), indent=2,
+        handle.write(json.dumps(dataclasses.asdict(stored_run.model), indent=2,
                                 sort_keys=True) + "\n")

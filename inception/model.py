@@ -7,14 +7,12 @@ dropout_as_mask_multiply).
 """
 
 import contextlib
-import dataclasses
 
 import tensorflow as tf
 
 from inception import mixed_precision
 from inception.compat import tf_slim as slim
-from inception.options import MIN_AUX_IMAGE_SIZE
-from inception.options import MIN_IMAGE_SIZE
+from inception.settings import MIN_AUX_IMAGE_SIZE
 from tf_slim.layers import layers as slim_layers
 from tf_slim.layers import utils as slim_utils
 from tf_slim.nets import inception_v3
@@ -24,29 +22,6 @@ AUX_LOSS_WEIGHT = 0.4
 WEIGHT_DECAY = 0.00004
 MODEL_SCOPE = "InceptionV3"
 BATCH_NORM_DECAY = 0.9997  # the original's decay of the batch-norm moving statistics
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelSettings:
-    """What defines the network; stored beside checkpoints so evaluation needs no flags.
-
-    num_classes counts logits, background (label 0) included: 1001 for ImageNet.
-    """
-    num_classes: int
-    image_size: int
-    depth_multiplier: float
-    dataset: str
-
-    def validate(self):
-        """Raises ValueError with a fix when the settings cannot build a network."""
-        if self.image_size < MIN_IMAGE_SIZE:
-            raise ValueError(f"--image_size={self.image_size} is too small for Inception v3; "
-                             f"use {MIN_IMAGE_SIZE} or more (299 is the original).")
-        if self.depth_multiplier <= 0:
-            raise ValueError(f"--depth_multiplier={self.depth_multiplier} must be > 0 "
-                             "(1.0 is the full network).")
-        if self.num_classes < 2:
-            raise ValueError(f"num_classes={self.num_classes} must be at least 2.")
 
 
 def has_aux_head(image_size):
@@ -59,7 +34,7 @@ def inception_logits(images, settings, is_training, batch_norm_decay=BATCH_NORM_
 
     Args:
       images: float32 [batch, size, size, 3] in [-1, 1].
-      settings: ModelSettings.
+      settings: settings.ModelSettings, resolved (num_classes and image_size set).
       is_training: Python bool; batch norm uses batch statistics and dropout is on when True.
       batch_norm_decay: float or scalar float32 tensor, decay of the moving statistics.
 

@@ -5,8 +5,8 @@ Flags follow the original tensorflow/models inception_train.py where it had them
 imagenet_distributed_train.py for training on several machines (--job_name, --task_id,
 --ps_hosts, --worker_hosts, --num_replicas_to_aggregate; or TF_CONFIG from a scheduler).
 
-Every flag is checked before TensorFlow loads (options.py, cluster.py), so a bad one costs a
-second and writes nothing.
+The flags become one settings.TrainSettings (settings_from_flags), checked before TensorFlow
+loads (settings.py, plans.py, cluster.py), so a bad flag costs a second and writes nothing.
 """
 
 import os
@@ -18,7 +18,8 @@ from absl import flags
 
 from inception import cli
 from inception import cluster as cluster_lib
-from inception import options as options_lib
+from inception import plans
+from inception import settings as settings_lib
 
 FLAGS = flags.FLAGS
 DEFAULT_TRAIN_DIR = "/tmp/inception_train"
@@ -28,7 +29,7 @@ flags.DEFINE_string("train_dir", DEFAULT_TRAIN_DIR,
                     "resumes from the newest checkpoint here.")
 flags.DEFINE_string("data_dir", "", "Directory of TFRecord shards (train-*-of-*); empty: the "
                     "embedded demo data set, generated on first use.")
-flags.DEFINE_enum("dataset", "", ("",) + options_lib.DATASET_NAMES,
+flags.DEFINE_enum("dataset", "", ("",) + settings_lib.DATASET_NAMES,
                   "Data set; empty: demo without --data_dir, else read labels.txt there.")
 flags.DEFINE_integer("num_classes", None, "Labels in the data (background excluded); only for "
                      "shards without labels.txt that are not imagenet or flowers.")
@@ -51,11 +52,11 @@ flags.DEFINE_float("num_epochs_per_decay", None, "Epochs between learning-rate d
 flags.DEFINE_float("learning_rate_decay_factor", 0.16, "Learning-rate decay factor.")
 flags.DEFINE_integer("seed", None, "Seed for reproducible initial weights, input order and "
                      "distortions.")
-flags.DEFINE_enum("precision", "fp32", options_lib.PRECISIONS,
+flags.DEFINE_enum("precision", "fp32", settings_lib.PRECISIONS,
                   "Arithmetic of the towers: fp32 (TF32 tensor cores on GPUs that have them); "
                   "bf16 (GPUs of compute capability 8.0+, or CPUs with AVX512-BF16/AMX); fp16 "
                   "(GPUs, with dynamic loss scaling). Variables, loss and averaging stay fp32.")
-flags.DEFINE_enum("variable_device", "auto", options_lib.VARIABLE_DEVICES,
+flags.DEFINE_enum("variable_device", "auto", settings_lib.VARIABLE_DEVICES,
                   "Where the variables, the gradient averaging and the updates live: cpu (as in "
                   "the original; the towers read them from there), gpu (the first GPU), or auto: "
                   "the GPU when there is one GPU, else the CPU. See README, Benchmarks.")
@@ -72,17 +73,17 @@ flags.DEFINE_integer("keep_checkpoints", 5, "Keep the newest this many checkpoin
                      "are deleted, over resumed runs too).")
 flags.DEFINE_float("keep_checkpoint_every_n_hours", 0, "Also keep one checkpoint every this "
                    "many hours of training (0: none kept that way).")
-flags.DEFINE_enum("on_nan", "stop", options_lib.ON_NAN, "When a loss, an update or a variable "
+flags.DEFINE_enum("on_nan", "stop", settings_lib.ON_NAN, "When a loss, an update or a variable "
                   "becomes NaN/Inf: stop (the newest checkpoint is the last good one), or "
                   "rollback to the newest finite checkpoint of this run and go on with the next "
                   "batches.")
 flags.DEFINE_integer("max_nan_rollbacks", 3, "With --on_nan=rollback: stop after this many "
                      "rollbacks in one run.")
-flags.DEFINE_enum("on_divergence", "warn", options_lib.ON_DIVERGENCE, "When the smoothed loss "
+flags.DEFINE_enum("on_divergence", "warn", settings_lib.ON_DIVERGENCE, "When the smoothed loss "
                   "climbs to twice its starting value: warn (one line) or stop.")
 flags.DEFINE_integer("warmup_steps", None, "Ramp the learning rate up linearly over this many "
                      "steps (default: see README, 'Learning rate').")
-flags.DEFINE_enum("optimizer", None, options_lib.OPTIMIZERS, "The optimizer (default: see "
+flags.DEFINE_enum("optimizer", None, plans.OPTIMIZERS, "The optimizer (default: see "
                   "README, 'Learning rate'); a --training_plan file names its own.")
 flags.DEFINE_bool("find_learning_rate", False, "Instead of training, run the learning-rate "
                   "range test on this run's data and model: --lr_range_steps steps with the rate "
@@ -130,35 +131,21 @@ def cluster_from_flags():
         tf_config=os.environ.get("TF_CONFIG", ""))
 
 
-def options_from_flags(cluster=None):
-    """TrainOptions from the parsed flags (paths taken relative to the caller's directory)."""
-    return options_lib.TrainOptions(
-        train_dir=cli.user_path(FLAGS.train_dir), data_dir=cli.user_path(FLAGS.data_dir),
-        dataset=FLAGS.dataset, num_classes=FLAGS.num_classes, subset=FLAGS.subset,
-        num_towers=FLAGS.num_gpus, virtual_gpu_memory_mb=FLAGS.virtual_gpu_memory_mb,
-        batch_size=FLAGS.batch_size, max_steps=FLAGS.max_steps, image_size=FLAGS.image_size,
-        depth_multiplier=FLAGS.depth_multiplier,
-        initial_learning_rate=FLAGS.initial_learning_rate,
-        num_epochs_per_decay=FLAGS.num_epochs_per_decay,
-        learning_rate_decay_factor=FLAGS.learning_rate_decay_factor, seed=FLAGS.seed,
-        precision=FLAGS.precision, variable_device=FLAGS.variable_device, xla=FLAGS.xla,
-        strict_input=FLAGS.strict_input, histograms=FLAGS.histograms,
-        log_every_n_steps=FLAGS.log_every_n_steps,
-        save_summaries_steps=FLAGS.save_summaries_steps,
-        save_summaries_secs=FLAGS.save_summaries_secs,
-        save_checkpoint_steps=FLAGS.save_checkpoint_steps,
-        save_interval_secs=FLAGS.save_interval_secs,
-        keep_checkpoints=FLAGS.keep_checkpoints,
-        keep_checkpoint_every_n_hours=FLAGS.keep_checkpoint_every_n_hours,
-        on_nan=FLAGS.on_nan, max_nan_rollbacks=FLAGS.max_nan_rollbacks,
-        on_divergence=FLAGS.on_divergence, warmup_steps=FLAGS.warmup_steps,
-        optimizer=FLAGS.optimizer,
-        intra_op_threads=FLAGS.intra_op_threads, inter_op_threads=FLAGS.inter_op_threads,
-        trainable_scopes=tuple(FLAGS.trainable_scopes), stages=FLAGS.stages,
-        training_plan=cli.user_path(FLAGS.training_plan),
-        pretrained_model_checkpoint_path=cli.user_path(FLAGS.pretrained_model_checkpoint_path),
-        fine_tune=FLAGS.fine_tune,
-        checkpoint_exclude_scopes=tuple(FLAGS.checkpoint_exclude_scopes), cluster=cluster)
+PATH_SETTINGS = ("train_dir", "data_dir", "pretrained_model_checkpoint_path")
+PLAN_FLAGS = ("trainable_scopes", "stages", "training_plan")  # one plan, built here
+
+
+def settings_from_flags(cluster=None):
+    """TrainSettings from the parsed flags: each setting from the flag of its name
+    (settings.FLAG_NAMES where the original's differs), paths relative to the caller's
+    directory, and one plan from --trainable_scopes, --stages or --training_plan."""
+    values = {name: FLAGS[settings_lib.FLAG_NAMES.get(name, name)].value
+              for name in settings_lib.flat_names() if name != "plan"}
+    values.update({name: cli.user_path(values[name]) for name in PATH_SETTINGS})
+    values["checkpoint_exclude_scopes"] = tuple(values["checkpoint_exclude_scopes"])
+    values["plan"] = plans.plan_from_flags(tuple(FLAGS.trainable_scopes), FLAGS.stages,
+                                           cli.user_path(FLAGS.training_plan), FLAGS.optimizer)
+    return settings_lib.train_settings(cluster=cluster, **values)
 
 
 def print_next_steps(train_dir, result):
@@ -192,43 +179,43 @@ def serve_parameters(cluster):
         raise SystemExit(128 + signal_number)
 
 
-def report_worker_end(options, result):
+def report_worker_end(settings, result):
     """What a worker of a cluster prints at its end (the chief also where the files are)."""
-    if options.cluster.is_chief:
-        print_next_steps(options.train_dir, result)
+    if settings.is_chief:
+        print_next_steps(settings.train_dir, result)
     if result.stopped_by_peer and result.stopped_by_signal is None:
-        saved = f"; the chief saved {result.checkpoint}" if options.cluster.is_chief else ""
+        saved = f"; the chief saved {result.checkpoint}" if settings.is_chief else ""
         cli.fail(f"training stopped at step {result.step} because another task of the cluster "
                  f"stopped (see its log){saved}; start every task again to resume.")
-    cli.log(f"worker {options.cluster.task_id} done at step {result.step}.")
+    cli.log(f"worker {settings.cluster.task_id} done at step {result.step}.")
 
 
-def checked_options():
-    """The run's TrainOptions from the flags, or the cluster when this is a parameter server;
+def checked_settings():
+    """The run's TrainSettings from the flags, or the cluster when this is a parameter server;
     any bad flag ends the process with one line (exit 2) before TensorFlow loads."""
     try:
         cluster = cluster_from_flags()
         if cluster is not None and cluster.job_name == "ps":
             return None, cluster
-        return options_from_flags(cluster).validate(), cluster
+        return settings_from_flags(cluster).validate(), cluster
     except ValueError as error:
         cli.fail(error, code=2)
 
 
-def train(options):
+def train(settings):
     """Trains (TensorFlow loads here); returns train_loop.TrainResult or ends with one line."""
     cli.quiet_tensorflow()
     from inception import distributed  # pylint: disable=import-outside-toplevel
     from inception import loop_guards  # pylint: disable=import-outside-toplevel
     from inception import training  # pylint: disable=import-outside-toplevel
     try:
-        return training.train(options, log=cli.log, on_stuck=exit_now)
+        return training.train(settings, log=cli.log, on_stuck=exit_now)
     except (loop_guards.NonFiniteLossError, loop_guards.DivergingError,
             distributed.ClusterError, distributed.DivergedError, ValueError) as error:
         cli.fail(error)
 
 
-def find_learning_rate(options):
+def find_learning_rate(settings):
     """The learning-rate range test instead of training: a plot and one suggested rate."""
     if FLAGS.lr_range_steps < 2 or not 0 < FLAGS.lr_range_min < FLAGS.lr_range_max:
         cli.fail("the range test needs --lr_range_steps >= 2 and 0 < --lr_range_min < "
@@ -237,12 +224,12 @@ def find_learning_rate(options):
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     from inception import learning_rate_range  # pylint: disable=import-outside-toplevel
     from inception import training  # pylint: disable=import-outside-toplevel
-    tf.io.gfile.makedirs(options.train_dir)
-    plot = os.path.join(options.train_dir, "learning_rate_range.png")
+    tf.io.gfile.makedirs(settings.train_dir)
+    plot = os.path.join(settings.train_dir, "learning_rate_range.png")
     test = learning_rate_range.RangeTest(FLAGS.lr_range_min, FLAGS.lr_range_max,
                                          FLAGS.lr_range_steps)
     try:
-        result = training.find_learning_rate(options, test, plot, log=cli.log)
+        result = training.find_learning_rate(settings, test, plot, log=cli.log)
     except ValueError as error:
         cli.fail(error)
     cli.log(f"the smoothed loss was lowest at {result.lowest_rate:.3g}; suggested: "
@@ -252,19 +239,19 @@ def find_learning_rate(options):
 def main(argv):
     if len(argv) > 1:
         cli.fail(f"unexpected arguments {argv[1:]}; flags look like --max_steps=100.", code=2)
-    options, cluster = checked_options()
-    if options is None:
+    settings, cluster = checked_settings()
+    if settings is None:
         cli.quiet_tensorflow()
         serve_parameters(cluster)
         return
     if FLAGS.find_learning_rate:
-        find_learning_rate(options)
+        find_learning_rate(settings)
         return
-    result = train(options)
+    result = train(settings)
     if cluster is not None:
-        report_worker_end(options, result)
+        report_worker_end(settings, result)
     else:
-        print_next_steps(options.train_dir, result)
+        print_next_steps(settings.train_dir, result)
     if result.stopped_by_signal is not None:
         cli.log(f"stopped by {signal.Signals(result.stopped_by_signal).name} at step "
                 f"{result.step}; run the same command to resume.")

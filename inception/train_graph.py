@@ -2,7 +2,7 @@
 
 A pure graph builder: `build_train_graph` returns the ops and tensors the loop runs; it owns no
 session, writes no files and reads no flags. The towers' forward pass is built once; every
-stage of the training plan (stages.py) gets its own gradients, optimizer and train op from the
+stage of the training plan (plans.py) gets its own gradients, optimizer and train op from the
 same tower machinery (towers.py), so `mean_loss`, None-safe averaging and the NaN check work
 the same in every stage.
 """
@@ -12,6 +12,7 @@ import dataclasses
 import tensorflow as tf
 
 from inception import loss_scaling
+from inception import plans
 from inception import stages as stages_lib
 from inception import staging
 from inception import towers as towers_lib
@@ -21,29 +22,6 @@ tf1 = tf.compat.v1
 
 MOVING_AVERAGE_DECAY = 0.9999
 VARIABLE_DEVICE = "/cpu:0"
-
-
-@dataclasses.dataclass(frozen=True)
-class OptimizationSettings:
-    """How variables are updated (the original's schedule, with an optional warm-up).
-
-    The learning rate is initial_learning_rate * decay_factor ** floor(step / decay_steps),
-    with decay_steps = examples_per_epoch / batch_size * num_epochs_per_decay, times
-    min(1, (step + 1) / warmup_steps) while warming up (warmup_steps 0: none).
-    """
-    batch_size: int
-    examples_per_epoch: int
-    initial_learning_rate: float = 0.1
-    num_epochs_per_decay: float = 30.0
-    learning_rate_decay_factor: float = 0.16
-    warmup_steps: int = 0
-    batch_norm_decay: float = BATCH_NORM_DECAY
-    moving_average_decay: float = MOVING_AVERAGE_DECAY
-
-    @property
-    def decay_steps(self):
-        """Steps between learning-rate decays (at least 1)."""
-        return max(1, int(self.examples_per_epoch / self.batch_size * self.num_epochs_per_decay))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +35,7 @@ class StageOps:
     names of the variables this stage trains; skipped: variables of the stage that its loss
     does not reach (left out).
     """
-    stage: stages_lib.Stage
+    stage: plans.Stage
     train_op: tf.Operation
     tower_losses: tf.Tensor
     tower_gradient_norms: tf.Tensor
@@ -76,13 +54,15 @@ class TrainGraph:
     (run once after `input_initializer`, before the first step); None without staging.
     loss_scaled: dynamic loss scaling is on (fp16): a step whose gradients overflow skips its
     update by design, so only a non-finite loss means divergence.
+    examples_per_step: the input batch of one step (this task's global batch).
     """
     global_step: tf.Variable
-    plan: stages_lib.TrainingPlan
+    plan: plans.TrainingPlan
     stages: list
     corrupt_records: tf.Tensor
     input_initializer: tf.Operation
     moving_average: tf1.train.ExponentialMovingAverage
+    examples_per_step: int = None
     input_fill: tf.Operation = None
     loss_scaled: bool = False
 
@@ -103,11 +83,11 @@ def warmed_up_decay(max_decay, global_step):
     return tf.minimum(max_decay, (1.0 + step) / (10.0 + step), name="batch_norm_decay")
 
 
-def learning_rate_schedule(settings, global_step):
-    """The original's staircase exponential decay, ramped up linearly over the first
-    `settings.warmup_steps` steps: a scalar float32 tensor."""
+def learning_rate_schedule(settings, global_step, steps_per_epoch):
+    """The original's staircase exponential decay of settings.OptimizationSettings `settings`,
+    ramped up linearly over the first `settings.warmup_steps` steps: a scalar float32 tensor."""
     decayed = tf1.train.exponential_decay(
-        settings.initial_learning_rate, global_step, settings.decay_steps,
+        settings.initial_learning_rate, global_step, settings.decay_steps(steps_per_epoch),
         settings.learning_rate_decay_factor, staircase=True,
         name="learning_rate" if not settings.warmup_steps else "decayed_learning_rate")
     if not settings.warmup_steps:
@@ -117,18 +97,21 @@ def learning_rate_schedule(settings, global_step):
     return tf.multiply(decayed, warmed, name="learning_rate")
 
 
-def build_train_graph(input_batch, make_model_fn, optimization, tower_devices, plan=None,
-                      histograms=False, wrap_optimizer=None, initial_loss_scale=None,
-                      variable_device=VARIABLE_DEVICE, stage_inputs=False, learning_rate=None):
-    """Builds the towers once and one train op per stage of `plan`, in the default graph.
+def build_train_graph(input_batch, make_model_fn, optimization, tower_devices,
+                      examples_per_epoch, histograms=False, wrap_optimizer=None,
+                      initial_loss_scale=None, variable_device=VARIABLE_DEVICE,
+                      stage_inputs=False, learning_rate=None):
+    """Builds the towers once and one train op per stage of `optimization`'s plan (in the
+    default graph).
 
     Args:
       input_batch: input_pipeline.InputBatch of the global batch.
       make_model_fn: callable(batch_norm_decay) -> model_fn(images, labels) -> {term: loss};
         e.g. functools.partial(model.make_model_fn, model_settings).
-      optimization: OptimizationSettings.
+      optimization: settings.OptimizationSettings with the data set's defaults filled in
+        (settings.with_defaults); its plan (None: everything in one stage) and schedule.
       tower_devices: one device name per tower, e.g. ['/cpu:0', '/cpu:1'].
-      plan: stages.TrainingPlan; None trains everything in one stage.
+      examples_per_epoch: examples in the training subset (the schedule decays per epoch).
       histograms: add gradient and variable histograms to the summaries (costly).
       wrap_optimizer: optional callable(optimizer, moving_average, variables) -> an optimizer
         whose apply_gradients also updates `moving_average` of `variables` (distributed/worker.py:
@@ -137,29 +120,30 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices, p
         starting at this scale; None: off. Not combinable with wrap_optimizer.
       variable_device: where the variables, the gradient averaging and the updates run (the
         CPU, as in the original; the first GPU on one-GPU machines, devices.py).
-      stage_inputs: copy each tower's input to its device one step ahead (staging.py; GPU
-        towers).
+      stage_inputs: copy each tower's input to its device a step ahead (staging.py; GPUs).
       learning_rate: a scalar float32 tensor every stage uses instead of its own rate (the
         learning-rate range test feeds it); None: the schedule of `optimization`.
 
     Returns:
-      TrainGraph. Raises stages.PlanError when a stage selects no variable or its loss
+      TrainGraph. Raises plans.PlanError when a stage selects no variable or its loss
       reaches none of its variables.
     """
-    plan = (plan or stages_lib.DEFAULT_PLAN).validate()
+    plan = optimization.training_plan().validate()
+    examples_per_step = int(input_batch.images.shape[0])
     global_step = tf1.train.get_or_create_global_step()
     with tf.device(variable_device):
-        schedule = (learning_rate_schedule(optimization, global_step) if learning_rate is None
-                    else learning_rate)
-        bn_decay = warmed_up_decay(optimization.batch_norm_decay, global_step)
+        schedule = (learning_rate_schedule(optimization, global_step,
+                                           examples_per_epoch / examples_per_step)
+                    if learning_rate is None else learning_rate)
+        bn_decay = warmed_up_decay(BATCH_NORM_DECAY, global_step)
     towers, staged = _build_towers(input_batch, make_model_fn(bn_decay), tower_devices,
                                    variable_device, stage_inputs)
     regularization = towers_lib.regularization_loss(variable_device)
     with tf.device(variable_device):
-        moving_average = _averages_of_every_variable(optimization, global_step)
+        moving_average = _averages_of_every_variable(global_step)
         loss_scale = (loss_scaling.create_loss_scale(initial_loss_scale)
                       if initial_loss_scale is not None else None)
-    # The user-facing rule (no fp16 on a cluster) lives in options.py; this is its invariant.
+    # The user-facing rule (no fp16 on a cluster) lives in settings.py; this is its invariant.
     assert loss_scale is None or wrap_optimizer is None, "loss scaling with sync replicas"
     step_extras = towers_lib.batch_norm_updates(towers) + ([staged.put_op] if staged else [])
     shared = _SharedParts(towers, regularization, schedule, bn_decay, global_step,
@@ -170,6 +154,7 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices, p
     return TrainGraph(global_step=global_step, plan=plan, stages=stage_ops,
                       corrupt_records=input_batch.corrupt_records,
                       input_initializer=input_batch.initializer, moving_average=moving_average,
+                      examples_per_step=examples_per_step,
                       input_fill=staged.put_op if staged else None,
                       loss_scaled=loss_scale is not None)
 
@@ -186,10 +171,10 @@ def _build_towers(input_batch, model_fn, tower_devices, variable_device, stage_i
             staged)
 
 
-def _averages_of_every_variable(optimization, global_step):
+def _averages_of_every_variable(global_step):
     # Every trainable variable gets its average now, whatever the stages train, so that
     # checkpoints always hold the averages evaluation restores.
-    moving_average = tf1.train.ExponentialMovingAverage(optimization.moving_average_decay,
+    moving_average = tf1.train.ExponentialMovingAverage(MOVING_AVERAGE_DECAY,
                                                         num_updates=global_step)
     moving_average.apply(tf1.trainable_variables())
     return moving_average
@@ -236,7 +221,7 @@ def _build_stage(stage, index, shared):
                                                loss_scale=scale)
         if not gradients.grads_and_vars:
             terms = ", ".join(stage.loss_terms or sorted(shared.towers[0].loss_terms))
-            raise stages_lib.PlanError(
+            raise plans.PlanError(
                 f"stage {stage.name!r}: its loss ({terms}) reaches none of its "
                 f"{len(var_list)} variables; pick scopes the loss depends on, or other loss "
                 "terms.")

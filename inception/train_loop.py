@@ -25,33 +25,6 @@ tf1 = tf.compat.v1
 CHECKPOINT_BASENAME = "model.ckpt"
 
 
-@dataclasses.dataclass(frozen=True)
-class LoopSettings:
-    """Cadences and limits of the loop (0 turns a step or seconds cadence off).
-
-    keep_checkpoints: the newest this many checkpoints stay (across resumed runs); older ones
-      are deleted except one every keep_checkpoint_every_n_hours (0: none kept that way).
-    on_nan: 'stop' (raise loop_guards.NonFiniteLossError) or 'rollback' (restore the newest finite
-      checkpoint of this run, or its starting point, and go on with the next batches), at most
-      max_nan_rollbacks times.
-    on_divergence: when the smoothed loss climbs well above its start (loop_guards.LossWatch):
-      'warn' (one line) or 'stop' (loop_guards.DivergingError).
-    """
-    train_dir: str
-    max_steps: int
-    batch_size: int
-    log_every_n_steps: int = 10
-    save_summaries_steps: int = 20
-    save_summaries_secs: float = 0
-    save_checkpoint_steps: int = 1000
-    save_interval_secs: float = 600
-    keep_checkpoints: int = 5
-    keep_checkpoint_every_n_hours: float = 0
-    on_nan: str = "stop"
-    max_nan_rollbacks: int = 3
-    on_divergence: str = "warn"
-
-
 @dataclasses.dataclass
 class TrainResult:
     """How a run ended: its last step, last checkpoint, and the signal that stopped it if any.
@@ -101,7 +74,7 @@ def run_training(build_graph, session_config, settings, make_initializer=None, l
     Args:
       build_graph: callable() -> train_graph.TrainGraph, called inside a fresh default graph.
       session_config: tf.compat.v1.ConfigProto (devices for the towers).
-      settings: LoopSettings.
+      settings: settings.LoopSettings, its max_steps filled (settings.with_defaults).
       make_initializer: optional callable() -> callable(session), for a fresh start only.
       log: callable(str) for progress lines.
       replica: Replica; None trains on this machine alone. A non-chief replica neither reads
@@ -285,7 +258,7 @@ class _Loop:
             return corrupt
         steps_done = max(step - cadences.interval_step, 1)
         elapsed = max(now - cadences.interval_start, 1e-9)
-        examples_per_sec = self.settings.batch_size * steps_done / elapsed
+        examples_per_sec = self.graph.examples_per_step * steps_done / elapsed
         self.log(timestamped(f"step {step}, loss = {result.last_mean_loss:.4f} "
                              f"({examples_per_sec:.1f} examples/sec; "
                              f"{elapsed / steps_done:.3f} sec/batch)"))

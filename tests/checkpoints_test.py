@@ -1,6 +1,7 @@
 """Checkpoint directories under faults: damaged or non-finite checkpoints, interrupted and
 failed saves, the stored settings."""
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -10,7 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 from inception import checkpoints
-from inception import model
+from inception import settings as settings_lib
 from tests import sharding
 from tests import testing_utils
 
@@ -148,15 +149,22 @@ class StoredSettingsTest(unittest.TestCase):
 
     def test_settings_are_rewritten_only_when_they_change(self):
         train_dir = testing_utils.temp_dir("settings")
-        run = checkpoints.StoredRun(model.ModelSettings(6, 107, 0.1, "demo"), "/data")
+        run = settings_lib.TrainSettings(
+            model=settings_lib.ModelSettings(6, 107, 0.1, "demo"),
+            data=settings_lib.DataSettings(data_dir="/data"), loop=settings_lib.LoopSettings(
+                train_dir=train_dir, max_steps=9))
         checkpoints.write_stored_run(train_dir, run)
+        stored = checkpoints.read_stored_run(train_dir)
+        self.assertEqual(stored.model, run.model)  # read into the section it was written from
+        self.assertEqual(stored.data.data_dir, "/data")
         path = os.path.join(train_dir, checkpoints.SETTINGS_FILE)
         first = os.stat(path)
         checkpoints.write_stored_run(train_dir, run)
         self.assertEqual(os.stat(path).st_ino, first.st_ino)  # not replaced
-        checkpoints.write_stored_run(train_dir, checkpoints.StoredRun(run.settings, "/moved"))
+        checkpoints.write_stored_run(train_dir, dataclasses.replace(
+            run, data=settings_lib.DataSettings(data_dir="/moved")))
         self.assertNotEqual(os.stat(path).st_ino, first.st_ino)
-        self.assertEqual(checkpoints.read_stored_run(train_dir).data_dir, "/moved")
+        self.assertEqual(checkpoints.read_stored_run(train_dir).data.data_dir, "/moved")
 
 
 if __name__ == "__main__":

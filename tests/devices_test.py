@@ -195,8 +195,7 @@ class DeviceCreationTest(unittest.TestCase):
             "        input_pipeline.InputBatch(tf.zeros([4, 75, 75, 3]), tf.zeros([4], tf.int32),\n"
             "                                  tf.constant(0, tf.int64), tf.no_op()),\n"
             "        functools.partial(model.make_model_fn, testing_utils.TINY_INCEPTION),\n"
-            "        train_graph.OptimizationSettings(batch_size=4, examples_per_epoch=8),\n"
-            "        ['/cpu:0'])\n"
+            "        testing_utils.optimization(), ['/cpu:0'], 8)\n"
             "print(devices.eager_devices_created())\n")
         self.assertEqual(created, ["False", "True"])
 
@@ -210,7 +209,7 @@ class DeviceCreationTest(unittest.TestCase):
             "    original(placement)\n"
             "devices.configure_gpus = spy\n"
             "data_dir = testing_utils.tiny_demo_data(train=8, validation=4)\n"
-            "training.train(training.TrainOptions(\n"
+            "training.train(training.train_settings(\n"
             "    train_dir=testing_utils.temp_dir('order'), data_dir=data_dir, dataset='demo',\n"
             "    max_steps=1, image_size=75, depth_multiplier=0.1, batch_size=2, num_towers=2),\n"
             "    log=lambda line: None)\n"

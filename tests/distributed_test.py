@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from inception import checkpoints
 from inception import cluster as cluster_lib
-from inception import stages
+from inception import plans
 from inception import training
 from inception.distributed import worker as worker_lib
 from tests import sharding
@@ -230,10 +230,11 @@ class ClusterPlanTest(unittest.TestCase):
         return cluster_lib.cluster_settings("worker", 0, ["ps:2222"], ["w0:2222", "w1:2222"])
 
     def test_multi_stage_plans_are_refused(self):
-        options = training.TrainOptions(
+        options = training.train_settings(
             train_dir=testing_utils.temp_dir("cluster_plan"), data_dir=DATA_DIR,
-            dataset="demo", stages="head:1:InceptionV3/Logits;all", cluster=self.settings())
-        with self.assertRaisesRegex(stages.PlanError, "one-stage plans only"):
+            dataset="demo", plan=plans.parse_stages("head:1:InceptionV3/Logits;all"),
+            cluster=self.settings())
+        with self.assertRaisesRegex(plans.PlanError, "one-stage plans only"):
             training.train(options, log=lambda line: None)
 
     def test_command_line_error_is_one_line(self):

@@ -16,7 +16,7 @@ from inception import datasets
 from inception import evaluation
 from inception import evaluator
 from inception import input_pipeline
-from inception import model
+from inception import settings as settings_lib
 from inception import training
 from tests import sharding
 from tests import testing_utils
@@ -30,6 +30,13 @@ DATA_DIR = None
 def setUpModule():
     global DATA_DIR  # pylint: disable=global-statement
     DATA_DIR = testing_utils.tiny_demo_data(train=10, validation=7)
+
+
+def stored_settings(data_dir):
+    """The stored part of a training run's settings: a tiny model on the demo data."""
+    return settings_lib.TrainSettings(model=settings_lib.ModelSettings(NUM_CLASSES, 107, 0.1,
+                                                                       "demo"),
+                                      data=settings_lib.DataSettings(data_dir=data_dir))
 
 
 def mean_feature_logits(images, settings):
@@ -89,7 +96,7 @@ class MetricsTest(unittest.TestCase):
                     "b": rng.normal(size=NUM_CLASSES).astype(np.float32)}
         path = write_tiny_checkpoint(directory, raw, averaged, step=42)
         shards = datasets.resolve_dataset("demo", DATA_DIR).shards("validation")
-        settings = model.ModelSettings(NUM_CLASSES, IMAGE_SIZE, 1.0, "demo")
+        settings = settings_lib.ModelSettings(NUM_CLASSES, IMAGE_SIZE, 1.0, "demo")
         graph = evaluator.build_eval_graph(shards, settings, batch_size=3,
                                            logits_fn=mean_feature_logits)
         result = evaluator.evaluate_checkpoint(graph, path, show_progress=False)
@@ -111,7 +118,7 @@ class MetricsTest(unittest.TestCase):
         values = {"w": np.ones(NUM_CLASSES, np.float32), "b": np.zeros(NUM_CLASSES, np.float32)}
         path = write_tiny_checkpoint(directory, values, values, step=1)
         shards = datasets.resolve_dataset("demo", DATA_DIR).shards("validation")
-        settings = model.ModelSettings(NUM_CLASSES, IMAGE_SIZE, 1.0, "demo")
+        settings = settings_lib.ModelSettings(NUM_CLASSES, IMAGE_SIZE, 1.0, "demo")
         graph = evaluator.build_eval_graph(shards, settings, batch_size=4, max_examples=5,
                                            logits_fn=mean_feature_logits)
         result = evaluator.evaluate_checkpoint(graph, path, show_progress=False)
@@ -199,8 +206,7 @@ class WatchSignalTest(unittest.TestCase):
 
     def test_sigterm_stops_the_watch_promptly_and_cleanly(self):
         directory = testing_utils.temp_dir("watch_signal")
-        checkpoints.write_stored_run(directory, checkpoints.StoredRun(
-            model.ModelSettings(NUM_CLASSES, 107, 0.1, "demo"), DATA_DIR))
+        checkpoints.write_stored_run(directory, stored_settings(DATA_DIR))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
         process = subprocess.Popen(
             [sys.executable, "-m", "inception.eval", f"--checkpoint_dir={directory}",
@@ -231,7 +237,7 @@ class EvaluationJobTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.train_dir = testing_utils.temp_dir("eval_job")
-        training.train(training.TrainOptions(
+        training.train(training.train_settings(
             train_dir=cls.train_dir, data_dir=DATA_DIR, dataset="demo", max_steps=2,
             image_size=107, depth_multiplier=0.1, batch_size=4, num_towers=2),
             log=lambda line: None)
@@ -239,7 +245,7 @@ class EvaluationJobTest(unittest.TestCase):
     def test_run_once_uses_stored_settings_and_writes_summaries(self):
         lines = []
         results = evaluation.run_evaluation(
-            evaluation.EvalOptions(checkpoint_dir=self.train_dir, run_once=True, batch_size=3),
+            evaluation.EvalSettings(checkpoint_dir=self.train_dir, run_once=True, batch_size=3),
             log=lines.append)
         self.assertEqual(len(results), 1)
         self.assertEqual(results[0].step, 2)
@@ -253,22 +259,21 @@ class EvaluationJobTest(unittest.TestCase):
 
     def test_settings_that_do_not_match_the_checkpoint(self):
         with self.assertRaisesRegex(checkpoints.CheckpointError, "has shape .* in this model"):
-            evaluation.run_evaluation(evaluation.EvalOptions(
+            evaluation.run_evaluation(evaluation.EvalSettings(
                 checkpoint_dir=self.train_dir, run_once=True, depth_multiplier=0.2),
                 log=lambda line: None)
 
     def test_subset_without_shards(self):
         with self.assertRaisesRegex(datasets.DataError, "no 'test-\\*-of-\\*' shards"):
-            evaluation.run_evaluation(evaluation.EvalOptions(
+            evaluation.run_evaluation(evaluation.EvalSettings(
                 checkpoint_dir=self.train_dir, run_once=True, subset="test"),
                 log=lambda line: None)
 
     def test_no_checkpoint_yet_with_run_once(self):
         empty = testing_utils.temp_dir("no_ckpt")
-        checkpoints.write_stored_run(empty, checkpoints.StoredRun(
-            model.ModelSettings(NUM_CLASSES, 107, 0.1, "demo"), DATA_DIR))
+        checkpoints.write_stored_run(empty, stored_settings(DATA_DIR))
         with self.assertRaisesRegex(checkpoints.CheckpointError, "no checkpoint in .* yet"):
-            evaluation.run_evaluation(evaluation.EvalOptions(checkpoint_dir=empty, run_once=True),
+            evaluation.run_evaluation(evaluation.EvalSettings(checkpoint_dir=empty, run_once=True),
                                       log=lambda line: None)
 
     def test_a_damaged_checkpoint_is_named_in_one_line(self):
@@ -282,7 +287,7 @@ class EvaluationJobTest(unittest.TestCase):
         with open(data, "r+b") as handle:
             handle.truncate(os.path.getsize(data) // 2)
         with self.assertRaises(checkpoints.CheckpointError) as caught:
-            evaluation.run_evaluation(evaluation.EvalOptions(checkpoint_dir=damaged,
+            evaluation.run_evaluation(evaluation.EvalSettings(checkpoint_dir=damaged,
                                                              run_once=True),
                                       log=lambda line: None)
         message = str(caught.exception)
@@ -292,7 +297,7 @@ class EvaluationJobTest(unittest.TestCase):
 
     def test_not_a_training_directory(self):
         with self.assertRaisesRegex(checkpoints.CheckpointError, "does not exist"):
-            evaluation.run_evaluation(evaluation.EvalOptions(
+            evaluation.run_evaluation(evaluation.EvalSettings(
                 checkpoint_dir="/nonexistent/run", run_once=True), log=lambda line: None)
 
 

@@ -85,7 +85,7 @@ class TrainedRun:
     def __init__(self):
         self.data_dir = testing_utils.tiny_demo_data(train=24, validation=VALIDATION_IMAGES)
         self.train_dir = testing_utils.temp_dir("export_train")
-        training.train(training.TrainOptions(
+        training.train(training.train_settings(
             train_dir=self.train_dir, data_dir=self.data_dir, dataset="demo", max_steps=3,
             image_size=75, depth_multiplier=0.1, batch_size=4, num_towers=1,
             save_checkpoint_steps=1), log=lambda line: None)
@@ -128,7 +128,7 @@ class ExportTest(unittest.TestCase):
         self.assertEqual(len(self.images_bytes), VALIDATION_IMAGES)
         eval_logits, _ = eval_graph_logits(os.path.join(self.train_dir, "model.ckpt-3"),
                                            self.shards, checkpoints.read_stored_run(
-                                               self.train_dir).settings)
+                                               self.train_dir).model)
         outputs = self.serving_outputs(self.images_bytes)
         np.testing.assert_array_equal(outputs["classes"][:, 0], np.argmax(eval_logits, axis=1))
         np.testing.assert_allclose(outputs["logits"], eval_logits, rtol=1e-4, atol=1e-5)
@@ -151,7 +151,7 @@ class ExportTest(unittest.TestCase):
     def test_both_signatures_agree(self):
         _, eval_images = eval_graph_logits(os.path.join(self.train_dir, "model.ckpt-3"),
                                            self.shards, checkpoints.read_stored_run(
-                                               self.train_dir).settings)
+                                               self.train_dir).model)
         from_images = self.serve["predict_images"](images=tf.constant(eval_images))
         from_bytes = self.serving_outputs(self.images_bytes)
         np.testing.assert_allclose(from_images["logits"].numpy(), from_bytes["logits"],

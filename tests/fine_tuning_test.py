@@ -8,7 +8,8 @@ import tensorflow as tf
 
 from inception import checkpoints
 from inception import model
-from inception import stages
+from inception import settings as settings_lib
+from inception import plans
 from inception import training
 from inception.compat import tf_slim as slim
 from tests import sharding
@@ -29,7 +30,7 @@ def options(train_dir, **overrides):
                   image_size=107, depth_multiplier=0.1, batch_size=4, num_towers=2,
                   save_summaries_steps=0)
     values.update(overrides)
-    return training.TrainOptions(**values)
+    return training.train_settings(**values)
 
 
 def read(path):
@@ -40,7 +41,7 @@ def read(path):
 def write_slim_style_checkpoint(directory, num_classes):
     """A checkpoint with only tf-slim's model variable names (like the published
     inception_v3.ckpt), for a network with `num_classes` logits."""
-    settings = model.ModelSettings(num_classes, 107, 0.1, "imagenet")
+    settings = settings_lib.ModelSettings(num_classes, 107, 0.1, "imagenet")
     with tf.Graph().as_default():
         model.inception_logits(tf.zeros([1, 107, 107, 3]), settings, is_training=False)
         variables = slim.get_model_variables()
@@ -60,7 +61,8 @@ class TrainableScopesTest(unittest.TestCase):
         training.train(options(train_dir, max_steps=1, save_checkpoint_steps=1),
                        log=lambda line: None)
         lines = []
-        training.train(options(train_dir, max_steps=3, trainable_scopes=HEAD_SCOPES),
+        training.train(options(train_dir, max_steps=3,
+                               plan=plans.plan_from_scopes(HEAD_SCOPES)),
                        log=lines.append)
         self.assertTrue(any("stage 'train'" in line and "InceptionV3/Logits" in line
                             for line in lines))
@@ -94,7 +96,7 @@ class FineTuningTest(unittest.TestCase):
         train_dir = testing_utils.temp_dir("fine_tune")
         lines = []
         result = training.train(options(train_dir, max_steps=1, fine_tune=True,
-                                        trainable_scopes=HEAD_SCOPES,
+                                        plan=plans.plan_from_scopes(HEAD_SCOPES),
                                         pretrained_model_checkpoint_path=self.published),
                                 log=lines.append)
         self.assertTrue(any(line.startswith("initialized ") and "InceptionV3/Logits" in line
@@ -147,10 +149,10 @@ class FineTuningTest(unittest.TestCase):
 
     def test_scope_that_matches_nothing(self):
         train_dir = testing_utils.temp_dir("bad_scope")
-        with self.assertRaisesRegex(stages.PlanError, "scope 'tower_0/InceptionV3/Logits' "
+        with self.assertRaisesRegex(plans.PlanError, "scope 'tower_0/InceptionV3/Logits' "
                                     "matches no trainable variable"):
-            training.train(options(train_dir, trainable_scopes=("tower_0/InceptionV3/Logits",)),
-                           log=lambda line: None)
+            plan = plans.plan_from_scopes(("tower_0/InceptionV3/Logits",))
+            training.train(options(train_dir, plan=plan), log=lambda line: None)
 
 
 if __name__ == "__main__":

@@ -183,7 +183,7 @@ class TrainingOnASplitGpuTest(unittest.TestCase):
 
     def train(self, precision):
         lines = []
-        result = training.train(training.TrainOptions(
+        result = training.train(training.train_settings(
             train_dir=testing_utils.temp_dir(precision), data_dir=self.data_dir, dataset="demo",
             max_steps=3, image_size=107, depth_multiplier=0.1, batch_size=8, num_towers=2,
             virtual_gpu_memory_mb=0 if ON_CPU else VIRTUAL_GPU_MB, precision=precision,

@@ -10,7 +10,7 @@ import tensorflow as tf
 from inception import datasets
 from inception import image_processing
 from inception import learning_rate_range
-from inception import options
+from inception import plans
 from inception import train_graph
 from inception import loop_guards
 from inception import training
@@ -23,12 +23,12 @@ tf1 = tf.compat.v1
 class WarmupTest(unittest.TestCase):
 
     def test_the_rate_ramps_up_linearly_then_decays_as_before(self):
-        settings = train_graph.OptimizationSettings(
-            batch_size=10, examples_per_epoch=100, initial_learning_rate=0.4,
-            num_epochs_per_decay=2.0, learning_rate_decay_factor=0.5, warmup_steps=4)
+        settings = testing_utils.optimization(
+            initial_learning_rate=0.4, num_epochs_per_decay=2.0, learning_rate_decay_factor=0.5,
+            warmup_steps=4)
         with tf.Graph().as_default():
             step = tf1.placeholder(tf.int64, [])
-            rate = train_graph.learning_rate_schedule(settings, step)
+            rate = train_graph.learning_rate_schedule(settings, step, steps_per_epoch=10)
             with tf1.Session() as session:
                 values = [session.run(rate, {step: value}) for value in range(0, 42, 1)]
         # Steps 0-3: 0.4 x (step + 1) / 4; then 0.4, halved every 20 steps (2 epochs of 10).
@@ -37,13 +37,18 @@ class WarmupTest(unittest.TestCase):
                                    rtol=1e-6)
 
     def test_no_warmup_keeps_the_original_schedule(self):
-        settings = train_graph.OptimizationSettings(batch_size=10, examples_per_epoch=100,
-                                                    initial_learning_rate=0.1)
+        settings = testing_utils.optimization(initial_learning_rate=0.1)
         with tf.Graph().as_default():
-            rate = train_graph.learning_rate_schedule(settings, tf.constant(0, tf.int64))
+            rate = train_graph.learning_rate_schedule(settings, tf.constant(0, tf.int64),
+                                                      steps_per_epoch=10)
             self.assertEqual(rate.op.name, "learning_rate")
             with tf1.Session() as session:
                 self.assertAlmostEqual(session.run(rate), 0.1, places=7)
+
+
+def optimizers(run):
+    """The optimizer of each stage of a resolved run."""
+    return [stage.optimizer for stage in run.settings.optimization.plan.stages]
 
 
 class DefaultsTest(unittest.TestCase):
@@ -57,34 +62,29 @@ class DefaultsTest(unittest.TestCase):
         values = dict(train_dir=testing_utils.temp_dir("defaults"), data_dir=self.data_dir,
                       dataset="", num_towers=1)
         values.update(overrides)
-        return training.resolve_run(training.TrainOptions(**values), log=lambda line: None)
+        return training.resolve_run(training.train_settings(**values), log=lambda line: None)
 
     def test_a_new_data_set_gets_adam_and_mild_crops(self):
         run = self.resolve()
         self.assertEqual(run.dataset.name, "custom")
-        self.assertEqual([stage.optimizer for stage in run.plan.stages], ["adam"])
-        self.assertEqual(run.optimization.initial_learning_rate, 0.001)
-        self.assertEqual(run.optimization.warmup_steps, 0)
+        self.assertEqual(optimizers(run), ["adam"])
+        self.assertEqual(run.settings.optimization.initial_learning_rate, 0.001)
+        self.assertEqual(run.settings.optimization.warmup_steps, 0)
         self.assertEqual(run.dataset.defaults.crop, datasets.MILD_CROP)
 
     def test_imagenet_keeps_the_original_recipe(self):
         run = self.resolve(dataset="imagenet")
-        self.assertEqual([stage.optimizer for stage in run.plan.stages], ["rmsprop"])
-        self.assertEqual(run.optimization.initial_learning_rate, 0.1)
-        self.assertEqual(run.optimization.warmup_steps, 0)
+        self.assertEqual(optimizers(run), ["rmsprop"])
+        self.assertEqual(run.settings.optimization.initial_learning_rate, 0.1)
+        self.assertEqual(run.settings.optimization.warmup_steps, 0)
         self.assertEqual(run.dataset.defaults.crop, image_processing.ORIGINAL_CROP)
 
     def test_flags_win(self):
         run = self.resolve(optimizer="rmsprop", initial_learning_rate=0.01, warmup_steps=20,
-                           stages="head:5:InceptionV3/Logits;all")
-        self.assertEqual([stage.optimizer for stage in run.plan.stages], ["rmsprop", "rmsprop"])
-        self.assertEqual(run.optimization.initial_learning_rate, 0.01)
-        self.assertEqual(run.optimization.warmup_steps, 20)
-
-    def test_optimizer_with_a_plan_file_is_refused(self):
-        with self.assertRaisesRegex(options.OptionsError, "plan file names"):
-            training.TrainOptions(train_dir=testing_utils.temp_dir("plan"),
-                                  training_plan=__file__, optimizer="adam").validate()
+                           plan=plans.parse_stages("head:5:InceptionV3/Logits;all"))
+        self.assertEqual(optimizers(run), ["rmsprop", "rmsprop"])
+        self.assertEqual(run.settings.optimization.initial_learning_rate, 0.01)
+        self.assertEqual(run.settings.optimization.warmup_steps, 20)
 
 
 class LossWatchTest(unittest.TestCase):
@@ -133,7 +133,7 @@ class DivergenceTest(unittest.TestCase):
                       num_towers=2, max_steps=30, initial_learning_rate=1.0, warmup_steps=0,
                       seed=1, save_checkpoint_steps=0, on_nan="stop")
         values.update(overrides)
-        return training.TrainOptions(**values)
+        return training.train_settings(**values)
 
     def test_a_too_high_rate_is_reported_before_anything_is_not_finite(self):
         lines = []
@@ -168,7 +168,7 @@ class RangeTestTest(unittest.TestCase):
         plot = os.path.join(train_dir, "learning_rate_range.png")
         lines = []
         result = training.find_learning_rate(
-            training.TrainOptions(train_dir=train_dir,
+            training.train_settings(train_dir=train_dir,
                                   data_dir=testing_utils.tiny_demo_data(train=24, validation=4),
                                   dataset="demo", image_size=75, depth_multiplier=0.1,
                                   batch_size=4, num_towers=2, seed=1),

@@ -6,13 +6,14 @@ import numpy as np
 import tensorflow as tf
 
 from inception import model
+from inception import settings as settings_lib
 from inception.compat import tf_slim as slim
 from tests import sharding
 from tf_slim.layers import layers as slim_layers
 from tf_slim.nets import inception_v3
 
 tf1 = tf.compat.v1
-SETTINGS = model.ModelSettings(num_classes=5, image_size=75, depth_multiplier=0.1,
+SETTINGS = settings_lib.ModelSettings(num_classes=5, image_size=75, depth_multiplier=0.1,
                                dataset="demo")
 
 

@@ -56,11 +56,10 @@ class LossScalingTest(unittest.TestCase):
             input_batch = input_pipeline.InputBatch(image_batch, label_batch,
                                                     tf.constant(0, tf.int64),
                                                     iterator.initializer)
-            optimization = train_graph.OptimizationSettings(batch_size=BATCH,
-                                                            examples_per_epoch=64)
             built = train_graph.build_train_graph(
-                input_batch, lambda decay: testing_utils.small_conv_model_fn(), optimization,
-                ["/cpu:0", "/cpu:1"], initial_loss_scale=1024.0)
+                input_batch, lambda decay: testing_utils.small_conv_model_fn(),
+                testing_utils.optimization(), ["/cpu:0", "/cpu:1"], 64,
+                initial_loss_scale=1024.0)
             weights = [v for v in tf1.trainable_variables() if v.op.name == "net/conv/kernel"][0]
             scale = [v for v in tf1.global_variables() if v.op.name == "loss_scale/scale"][0]
             step_op = built.stages[0].train_op
@@ -106,7 +105,7 @@ class Bf16RewriteTest(unittest.TestCase):
         data_dir = testing_utils.tiny_demo_data(train=16, validation=4)
 
         def first_loss(precision):
-            return training.train(training.TrainOptions(
+            return training.train(training.train_settings(
                 train_dir=testing_utils.temp_dir(precision), data_dir=data_dir, dataset="demo",
                 max_steps=1, image_size=107, depth_multiplier=0.1, batch_size=4, num_towers=2,
                 seed=5, precision=precision), log=lambda line: None).last_mean_loss

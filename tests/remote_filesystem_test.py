@@ -25,7 +25,7 @@ class RamFileSystemTest(unittest.TestCase):
             tf.io.gfile.copy(os.path.join(local, name), os.path.join(data_dir, name))
 
         def train(max_steps):
-            return training.train(training.TrainOptions(
+            return training.train(training.train_settings(
                 train_dir=train_dir, data_dir=data_dir, dataset="demo", max_steps=max_steps,
                 image_size=75, depth_multiplier=0.1, batch_size=2, num_towers=1),
                 log=lines.append)
@@ -35,7 +35,7 @@ class RamFileSystemTest(unittest.TestCase):
         self.assertTrue(tf.io.gfile.exists(f"{train_dir}/model_settings.json"))
         self.assertEqual(train(3).step, 3)
         self.assertTrue(any(f"resumed from {train_dir}/model.ckpt-2" in line for line in lines))
-        results = evaluation.run_evaluation(evaluation.EvalOptions(
+        results = evaluation.run_evaluation(evaluation.EvalSettings(
             checkpoint_dir=train_dir, run_once=True, batch_size=4), log=lines.append)
         self.assertEqual([(result.step, result.num_examples) for result in results], [(3, 4)])
         self.assertTrue(tf.io.gfile.isdir(f"{train_dir}/eval_validation"))

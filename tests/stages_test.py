@@ -1,12 +1,13 @@
 """Training plans: parsing, variable selection by scope, and a GAN-style three-stage run."""
 
-import json
 import os
 import unittest
 
 import numpy as np
 import tensorflow as tf
 
+from inception import plans
+from inception import settings as settings_lib
 from inception import stages
 from inception import towers
 from inception import train_graph
@@ -18,12 +19,12 @@ tf1 = tf.compat.v1
 BATCH = 8
 FEATURES = 8 * 8 * 3
 
-GAN_PLAN = stages.TrainingPlan((
-    stages.Stage("generator", steps=2, scopes=("generator",), loss_terms=("generator_loss",),
+GAN_PLAN = plans.TrainingPlan((
+    plans.Stage("generator", steps=2, scopes=("generator",), loss_terms=("generator_loss",),
                  optimizer="sgd", learning_rate=0.5),
-    stages.Stage("discriminator", steps=2, scopes=("discriminator",),
+    plans.Stage("discriminator", steps=2, scopes=("discriminator",),
                  loss_terms=("discriminator_loss",), optimizer="adam", learning_rate=0.01),
-    stages.Stage("full", steps=2, optimizer="momentum", learning_rate=0.05),
+    plans.Stage("full", steps=2, optimizer="momentum", learning_rate=0.05),
 ))
 
 
@@ -71,14 +72,13 @@ def stage_gradients(num_towers, stage, images, labels):
 
 def run_plan(train_dir, plan, max_steps=100, log=None):
     def build():
-        optimization = train_graph.OptimizationSettings(batch_size=BATCH, examples_per_epoch=64)
         return train_graph.build_train_graph(testing_utils.synthetic_input(BATCH),
-                                             lambda decay: gan_model_fn, optimization,
-                                             ["/cpu:0", "/cpu:1"], plan)
-    settings = train_loop.LoopSettings(train_dir=train_dir, max_steps=max_steps,
-                                       batch_size=BATCH, log_every_n_steps=1,
-                                       save_summaries_steps=0, save_checkpoint_steps=2,
-                                       save_interval_secs=0)
+                                             lambda decay: gan_model_fn,
+                                             testing_utils.optimization(plan=plan),
+                                             ["/cpu:0", "/cpu:1"], 64)
+    settings = settings_lib.LoopSettings(train_dir=train_dir, max_steps=max_steps,
+                                         log_every_n_steps=1, save_summaries_steps=0,
+                                         save_checkpoint_steps=2, save_interval_secs=0)
     return train_loop.run_training(build, testing_utils.cpu_session_config(2), settings,
                                    log=log or (lambda line: None))
 
@@ -136,8 +136,8 @@ class GanStagesTest(unittest.TestCase):
 
     def test_first_stage_changes_only_the_generator(self):
         train_dir = testing_utils.temp_dir("gan_first")
-        plan = stages.TrainingPlan((GAN_PLAN.stages[0],
-                                    stages.Stage("rest", scopes=("discriminator",))))
+        plan = plans.TrainingPlan((GAN_PLAN.stages[0],
+                                    plans.Stage("rest", scopes=("discriminator",))))
         run_plan(train_dir, plan, max_steps=2)
         initial = {}
         with tf.Graph().as_default():
@@ -166,76 +166,35 @@ class PlanErrorsTest(unittest.TestCase):
 
     def build(self, plan):
         with tf.Graph().as_default():
-            optimization = train_graph.OptimizationSettings(batch_size=BATCH,
-                                                            examples_per_epoch=64)
             train_graph.build_train_graph(testing_utils.synthetic_input(BATCH),
-                                          lambda decay: gan_model_fn, optimization,
-                                          ["/cpu:0", "/cpu:1"], plan)
+                                          lambda decay: gan_model_fn,
+                                          testing_utils.optimization(plan=plan),
+                                          ["/cpu:0", "/cpu:1"], 64)
 
     def test_tower_name_scope_matches_no_variable(self):
-        plan = stages.plan_from_scopes(["tower_1/discriminator"])
-        with self.assertRaisesRegex(stages.PlanError, "matches no trainable variable.*drop "
+        plan = plans.plan_from_scopes(["tower_1/discriminator"])
+        with self.assertRaisesRegex(plans.PlanError, "matches no trainable variable.*drop "
                                     "the 'tower_N/' prefix"):
             self.build(plan)
 
     def test_unknown_scope(self):
-        with self.assertRaisesRegex(stages.PlanError, "scope 'critic' matches no"):
-            self.build(stages.plan_from_scopes(["critic"]))
+        with self.assertRaisesRegex(plans.PlanError, "scope 'critic' matches no"):
+            self.build(plans.plan_from_scopes(["critic"]))
 
     def test_scope_prefix_must_match_whole_components(self):
-        with self.assertRaisesRegex(stages.PlanError, "scope 'gen' matches no"):
-            self.build(stages.plan_from_scopes(["gen"]))
+        with self.assertRaisesRegex(plans.PlanError, "scope 'gen' matches no"):
+            self.build(plans.plan_from_scopes(["gen"]))
 
     def test_stage_whose_loss_reaches_none_of_its_variables(self):
-        plan = stages.TrainingPlan((stages.Stage("idle", scopes=("unused",)),))
-        with self.assertRaisesRegex(stages.PlanError, "stage 'idle': its loss .* reaches none "
+        plan = plans.TrainingPlan((plans.Stage("idle", scopes=("unused",)),))
+        with self.assertRaisesRegex(plans.PlanError, "stage 'idle': its loss .* reaches none "
                                     "of its 1 variables"):
             self.build(plan)
 
     def test_unknown_loss_term(self):
-        plan = stages.TrainingPlan((stages.Stage("x", loss_terms=("critic_loss",)),))
+        plan = plans.TrainingPlan((plans.Stage("x", loss_terms=("critic_loss",)),))
         with self.assertRaisesRegex(ValueError, "unknown loss term"):
             self.build(plan)
-
-
-class PlanParsingTest(unittest.TestCase):
-
-    def test_command_line_form(self):
-        plan = stages.parse_stages("head:2000:InceptionV3/Logits,InceptionV3/AuxLogits; all")
-        self.assertEqual(plan.stages[0], stages.Stage(
-            "head", 2000, ("InceptionV3/Logits", "InceptionV3/AuxLogits")))
-        self.assertEqual(plan.stages[1], stages.Stage("all"))
-        self.assertIsNone(plan.total_steps)
-        self.assertEqual([plan.stage_index_at(s) for s in (0, 1999, 2000, 10**6)], [0, 0, 1, 1])
-
-    def test_file_form(self):
-        path = os.path.join(testing_utils.temp_dir("plan"), "plan.json")
-        with open(path, "w", encoding="utf-8") as handle:
-            json.dump({"stages": [{"name": "g", "steps": 5, "scopes": ["generator"],
-                                   "loss_terms": ["generator_loss"], "optimizer": "adam",
-                                   "learning_rate": 0.001},
-                                  {"name": "d", "steps": 3}]}, handle)
-        plan = stages.load_plan(path)
-        self.assertEqual(plan.stages[0].loss_terms, ("generator_loss",))
-        self.assertEqual(plan.total_steps, 8)
-        self.assertEqual(plan.stage_start(1), 5)
-
-    def test_bad_plans(self):
-        cases = {"a:x": "whole number", "a;b:3": "needs a number of steps",
-                 "a:0": "at least 1", "a:1;a": "unique", "a:1:b:c": "expected name"}
-        for text, message in cases.items():
-            with self.subTest(text=text):
-                with self.assertRaisesRegex(stages.PlanError, message):
-                    stages.parse_stages(text)
-        with self.assertRaisesRegex(stages.PlanError, "unknown optimizer"):
-            stages.TrainingPlan((stages.Stage("a", optimizer="lbfgs"),)).validate()
-
-    def test_file_with_unknown_key(self):
-        path = os.path.join(testing_utils.temp_dir("plan_bad"), "plan.json")
-        with open(path, "w", encoding="utf-8") as handle:
-            json.dump({"stages": [{"name": "a", "stepz": 3}]}, handle)
-        with self.assertRaisesRegex(stages.PlanError, "unknown stage key"):
-            stages.load_plan(path)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ import unittest
 import numpy as np
 import tensorflow as tf
 
+from inception import settings as settings_lib
 from inception import staging
 from inception import train_graph
 from inception import train_loop
@@ -18,11 +19,10 @@ DEVICES = ["/cpu:0", "/cpu:1"]
 
 def build(stage_inputs):
     """The small model's training graph on 2 virtual CPU towers over a batch sequence."""
-    optimization = train_graph.OptimizationSettings(batch_size=BATCH, examples_per_epoch=64,
-                                                    initial_learning_rate=0.01)
     return train_graph.build_train_graph(
         testing_utils.synthetic_input(BATCH),
-        lambda decay: testing_utils.small_conv_model_fn(), optimization, DEVICES,
+        lambda decay: testing_utils.small_conv_model_fn(),
+        testing_utils.optimization(initial_learning_rate=0.01), DEVICES, 64,
         stage_inputs=stage_inputs)
 
 
@@ -63,8 +63,7 @@ class StagingTest(unittest.TestCase):
         # Without the fill, the first step would wait for ever on an empty staging area.
         result = train_loop.run_training(
             lambda: build(stage_inputs=True), testing_utils.cpu_session_config(len(DEVICES)),
-            train_loop.LoopSettings(train_dir=testing_utils.temp_dir("staged"), max_steps=3,
-                                    batch_size=BATCH),
+            settings_lib.LoopSettings(train_dir=testing_utils.temp_dir("staged"), max_steps=3),
             log=lambda line: None)
         self.assertEqual(result.step, 3)
         self.assertTrue(np.isfinite(result.last_mean_loss))

@@ -37,12 +37,12 @@ class TensorBoardTest(unittest.TestCase):
     def setUpClass(cls):
         data_dir = testing_utils.tiny_demo_data(train=16, validation=6)
         cls.logdir = testing_utils.temp_dir("tensorboard")
-        training.train(training.TrainOptions(
+        training.train(training.train_settings(
             train_dir=cls.logdir, data_dir=data_dir, dataset="demo", max_steps=3,
             image_size=107, depth_multiplier=0.1, batch_size=4, num_towers=2,
             save_summaries_steps=1), log=lambda line: None)
         cls.results = evaluation.run_evaluation(
-            evaluation.EvalOptions(checkpoint_dir=cls.logdir, run_once=True, batch_size=6),
+            evaluation.EvalSettings(checkpoint_dir=cls.logdir, run_once=True, batch_size=6),
             log=lambda line: None)
         cls.port = free_port()
         cls.base = f"http://127.0.0.1:{cls.port}"

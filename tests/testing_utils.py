@@ -12,9 +12,11 @@ import tensorflow as tf
 from tf_slim.ops import arg_scope
 
 from data import demo_data
+from inception import datasets
 from inception import input_pipeline
 from inception import model
 from inception import towers
+from inception import settings as settings_lib
 from inception import train_graph
 
 tf1 = tf.compat.v1
@@ -144,8 +146,15 @@ def no_dropout(inputs, *args, **kwargs):
     return tf.identity(inputs)
 
 
-TINY_INCEPTION = model.ModelSettings(num_classes=5, image_size=75, depth_multiplier=0.1,
-                                     dataset="synthetic")
+def optimization(**values):
+    """settings.OptimizationSettings with `values`, the rest ImageNet's defaults (the
+    original's: RMSProp, rate 0.1 decaying every 30 epochs, no warm-up)."""
+    return settings_lib.with_defaults(settings_lib.OptimizationSettings(**values),
+                                      datasets.IMAGENET_DEFAULTS)
+
+
+TINY_INCEPTION = settings_lib.ModelSettings(num_classes=5, image_size=75, depth_multiplier=0.1,
+                                            dataset="synthetic")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,8 +183,7 @@ def tiny_inception_step(devices, config, batch=16, compute_dtype=None, loss_scal
     seeded initial ones; returns the StepResult of the last step."""
     with tf.Graph().as_default() as graph:
         tf1.set_random_seed(3)
-        optimization = train_graph.OptimizationSettings(batch_size=batch, examples_per_epoch=64,
-                                                        initial_learning_rate=0.01)
+        optimization_settings = optimization(initial_learning_rate=0.01)
         generated, labels = random_batch(batch, size=settings.image_size)
         images = generated if images is None else images
         dataset = tf.data.Dataset.from_tensors((images, labels)).repeat()
@@ -188,7 +196,7 @@ def tiny_inception_step(devices, config, batch=16, compute_dtype=None, loss_scal
             built = train_graph.build_train_graph(
                 input_batch, functools.partial(model.make_model_fn, settings,
                                                compute_dtype=compute_dtype),
-                optimization, devices, initial_loss_scale=loss_scale,
+                optimization_settings, devices, 64, initial_loss_scale=loss_scale,
                 variable_device=variable_device, stage_inputs=stage_inputs)
         stage = built.stages[0]
         variables = tf1.trainable_variables()
@@ -256,14 +264,13 @@ def train_small_model(train_dir, max_steps, save_checkpoint_steps=2, log=None, *
     from inception import train_loop  # pylint: disable=import-outside-toplevel
 
     def build():
-        optimization = train_graph.OptimizationSettings(batch_size=8, examples_per_epoch=64,
-                                                        initial_learning_rate=0.01)
         return train_graph.build_train_graph(synthetic_input(8),
-                                             lambda decay: small_conv_model_fn(), optimization,
-                                             ["/cpu:0", "/cpu:1"])
-    settings = train_loop.LoopSettings(train_dir=train_dir, max_steps=max_steps, batch_size=8,
-                                       save_summaries_steps=0,
-                                       save_checkpoint_steps=save_checkpoint_steps,
-                                       **loop_settings)
+                                             lambda decay: small_conv_model_fn(),
+                                             optimization(initial_learning_rate=0.01),
+                                             ["/cpu:0", "/cpu:1"], 64)
+    settings = settings_lib.LoopSettings(train_dir=train_dir, max_steps=max_steps,
+                                         save_summaries_steps=0,
+                                         save_checkpoint_steps=save_checkpoint_steps,
+                                         **loop_settings)
     return train_loop.run_training(build, cpu_session_config(2), settings,
                                    log=log or (lambda line: None))

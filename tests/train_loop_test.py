@@ -12,6 +12,7 @@ from inception import checkpoints
 from inception import input_pipeline
 from inception import train_graph
 from inception import loop_guards
+from inception import settings as settings_lib
 from inception import train_loop
 from tests import sharding
 from tests import testing_utils
@@ -91,21 +92,19 @@ def poisoned_batches(first, last=None):
 
 def build_graph_fn(input_fn=None, **factory_args):
     def build():
-        optimization = train_graph.OptimizationSettings(batch_size=BATCH, examples_per_epoch=64,
-                                                        initial_learning_rate=0.01)
         return train_graph.build_train_graph(
             (input_fn or testing_utils.synthetic_input)(BATCH),
-            small_model_factory(**factory_args), optimization,
-            [f"/cpu:{i}" for i in range(NUM_TOWERS)])
+            small_model_factory(**factory_args),
+            testing_utils.optimization(initial_learning_rate=0.01),
+            [f"/cpu:{i}" for i in range(NUM_TOWERS)], 64)
     return build
 
 
 def loop_settings(train_dir, max_steps, **overrides):
-    values = dict(train_dir=train_dir, max_steps=max_steps, batch_size=BATCH,
-                  log_every_n_steps=1, save_summaries_steps=1, save_checkpoint_steps=5,
-                  save_interval_secs=0)
+    values = dict(train_dir=train_dir, max_steps=max_steps, log_every_n_steps=1,
+                  save_summaries_steps=1, save_checkpoint_steps=5, save_interval_secs=0)
     values.update(overrides)
-    return train_loop.LoopSettings(**values)
+    return settings_lib.LoopSettings(**values)
 
 
 def run(train_dir, max_steps, log=None, settings=None, input_fn=None, **factory_args):
@@ -127,11 +126,10 @@ def assert_finite_checkpoint(test, path):
 def train_steps(variable_device, steps=3):
     """Variables after `steps` steps of the small model with the given variable device."""
     with tf.Graph().as_default():
-        optimization = train_graph.OptimizationSettings(batch_size=BATCH, examples_per_epoch=64,
-                                                        initial_learning_rate=0.01)
         built = train_graph.build_train_graph(
-            testing_utils.synthetic_input(BATCH), small_model_factory(), optimization,
-            [f"/cpu:{i}" for i in range(NUM_TOWERS)], variable_device=variable_device)
+            testing_utils.synthetic_input(BATCH), small_model_factory(),
+            testing_utils.optimization(initial_learning_rate=0.01),
+            [f"/cpu:{i}" for i in range(NUM_TOWERS)], 64, variable_device=variable_device)
         devices = {v.op.name: v.device for v in tf1.global_variables()}
         config = testing_utils.cpu_session_config(NUM_TOWERS + 1)
         with tf1.Session(config=config) as session:

@@ -15,7 +15,7 @@ from data import tfrecord_format
 from inception import checkpoints
 from inception import datasets
 from inception import devices
-from inception import options
+from inception import settings as settings_lib
 from inception import training
 from tests import sharding
 from tests import testing_utils
@@ -33,7 +33,7 @@ def setUpModule():
 def tiny_options(train_dir, **overrides):
     values = dict(TINY, train_dir=train_dir, data_dir=DATA_DIR, dataset="demo", max_steps=3)
     values.update(overrides)
-    return training.TrainOptions(**values)
+    return training.train_settings(**values)
 
 
 class ShortRunTest(unittest.TestCase):
@@ -65,7 +65,7 @@ class ShortRunTest(unittest.TestCase):
                                   "depth_multiplier": 0.1, "num_classes": 6})
 
         lines = []
-        resumed = training.train(training.TrainOptions(
+        resumed = training.train(training.train_settings(
             train_dir=train_dir, max_steps=5, batch_size=4, num_towers=2,
             save_checkpoint_steps=100), log=lines.append)
         self.assertEqual(resumed.step, 5)
@@ -120,7 +120,7 @@ class BadInputTest(unittest.TestCase):
     def test_missing_data_dir(self):
         self.assert_fails_without_writing(
             tiny_options(testing_utils.temp_dir("bad"), data_dir="/nonexistent/shards",
-                         dataset=""), options.OptionsError, "does not exist")
+                         dataset=""), settings_lib.SettingsError, "does not exist")
 
     def test_data_dir_without_shards(self):
         empty = testing_utils.temp_dir("empty_data")
@@ -135,7 +135,7 @@ class BadInputTest(unittest.TestCase):
         open(os.path.join(empty, "train-00000-of-00001"), "wb").close()
         self.assert_fails_without_writing(
             tiny_options(testing_utils.temp_dir("bad"), data_dir=empty, dataset="",
-                         num_classes=3),
+                         num_labels=3),
             datasets.DataError, "hold no records")
 
     def test_no_labels_file_needs_num_classes(self):

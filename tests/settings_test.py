@@ -1,4 +1,5 @@
-"""Every flag is checked before any work: one line, no TensorFlow loaded, nothing written."""
+"""Settings from flags: every flag is checked before any work (one line, no TensorFlow loaded,
+nothing written), each lands in its one section, and data-set defaults fill only what is unset."""
 
 import os
 import subprocess
@@ -6,7 +7,7 @@ import sys
 import unittest
 
 from inception import cluster
-from inception import options
+from inception import settings
 from tests import sharding
 from tests import testing_utils
 
@@ -91,27 +92,66 @@ class TrainFlagsTest(unittest.TestCase):
                             module="inception.eval")
 
 
-class OptionsTest(unittest.TestCase):
+class SettingsTest(unittest.TestCase):
 
     def test_defaults_and_sane_values_pass(self):
-        options.TrainOptions(train_dir="/tmp/x").validate()
-        options.TrainOptions(train_dir="/tmp/x", batch_size=8, num_towers=2, max_steps=0,
-                             initial_learning_rate=1e-4, image_size=75,
-                             learning_rate_decay_factor=1.0, on_nan="rollback").validate()
-        options.EvalOptions(checkpoint_dir="/tmp/x").validate()
+        settings.train_settings(train_dir="/tmp/x").validate()
+        settings.train_settings(train_dir="/tmp/x", batch_size=8, num_towers=2, max_steps=0,
+                                initial_learning_rate=1e-4, image_size=75,
+                                learning_rate_decay_factor=1.0, on_nan="rollback").validate()
+        settings.EvalSettings(checkpoint_dir="/tmp/x").validate()
 
     def test_choices_are_checked_for_library_callers_too(self):
         for name, value in (("precision", "fp8"), ("variable_device", "tpu"),
-                            ("on_nan", "ignore"), ("dataset", "mnist")):
+                            ("on_nan", "ignore"), ("dataset", "mnist"), ("optimizer", "lbfgs")):
             with self.subTest(name=name):
-                with self.assertRaisesRegex(options.OptionsError, f"--{name}={value} is not one "
-                                                                  "of"):
-                    options.TrainOptions(train_dir="/tmp/x", **{name: value}).validate()
+                with self.assertRaisesRegex(settings.SettingsError, f"--{name}={value} is not "
+                                                                    "one of"):
+                    settings.train_settings(train_dir="/tmp/x", **{name: value}).validate()
 
     def test_fp16_on_a_cluster_is_refused(self):
         worker = cluster.cluster_settings("worker", 0, ["ps:1"], ["w:1"])
-        with self.assertRaisesRegex(options.OptionsError, "--precision=fp16 .* distributed"):
-            options.TrainOptions(train_dir="/tmp/x", precision="fp16", cluster=worker).validate()
+        with self.assertRaisesRegex(settings.SettingsError, "--precision=fp16 .* distributed"):
+            settings.train_settings(train_dir="/tmp/x", precision="fp16",
+                                    cluster=worker).validate()
+
+    def test_each_flat_name_lands_in_its_one_section(self):
+        built = settings.train_settings(train_dir="/tmp/x", data_dir="/d", num_labels=3,
+                                        image_size=99, num_epochs_per_decay=2.0, num_towers=4,
+                                        max_steps=7, fine_tune=True)
+        self.assertEqual((built.data.data_dir, built.data.num_labels), ("/d", 3))
+        self.assertEqual(built.model, settings.ModelSettings(image_size=99))
+        self.assertEqual(built.optimization.num_epochs_per_decay, 2.0)
+        self.assertEqual(built.devices.num_towers, 4)
+        self.assertEqual((built.loop.train_dir, built.loop.max_steps), ("/tmp/x", 7))
+        self.assertTrue(built.init.fine_tune)
+        names = settings.flat_names()
+        self.assertEqual(len(names), len(set(names)))  # no name in two sections
+        self.assertNotIn("num_classes", names)  # resolved from the data set, not set
+        with self.assertRaisesRegex(TypeError, "unknown setting 'num_class'"):
+            settings.train_settings(train_dir="/tmp/x", num_class=3)
+
+    def test_defaults_fill_only_what_is_unset(self):
+        class Defaults:  # the fields of datasets.TrainingDefaults that these tests need
+            initial_learning_rate, num_epochs_per_decay, warmup_steps = 0.5, 30.0, 0
+            optimizer, max_steps = "adam", 100
+        optimization = settings.with_defaults(
+            settings.OptimizationSettings(initial_learning_rate=0.01), Defaults)
+        self.assertEqual((optimization.initial_learning_rate, optimization.optimizer,
+                          optimization.num_epochs_per_decay), (0.01, "adam", 30.0))
+        self.assertEqual(settings.with_defaults(settings.LoopSettings(), Defaults).max_steps, 100)
+        self.assertEqual([stage.optimizer for stage in optimization.training_plan().stages],
+                         ["adam"])
+        with self.assertRaisesRegex(settings.SettingsError, "not resolved"):
+            settings.OptimizationSettings().training_plan()
+
+    def test_every_setting_has_a_flag_of_its_name(self):
+        from absl import flags  # pylint: disable=import-outside-toplevel
+        from inception import train  # noqa: F401  pylint: disable=import-outside-toplevel
+        defined = set(flags.FLAGS)
+        for name in settings.flat_names():
+            if name != "plan":  # built from --trainable_scopes / --stages / --training_plan
+                self.assertIn(settings.FLAG_NAMES.get(name, name), defined)
 
 
 if __name__ == "__main__":

@@ -79,11 +79,11 @@ def open_model(path, log=print):
 
 
 def _checkpoint_model(train_dir, log):
-    stored_run = exporter.read_training_run(train_dir)
+    stored = exporter.read_training_run(train_dir)
     checkpoint_path = exporter.newest_checkpoint(train_dir)
     log(f"loading {checkpoint_path}...")
-    serving_graph = exporter.build_serving_graph(stored_run.model,
-                                                 exporter.stored_label_names(stored_run, log))
+    serving_graph = exporter.build_serving_graph(stored.model,
+                                                 exporter.stored_label_names(stored, log))
     serving_graph.graph.finalize()
     session = tf1.Session(graph=serving_graph.graph)
     exporter.restore(session, serving_graph, checkpoint_path)

@@ -117,12 +117,12 @@ def check_export_dir(export_dir):
                           "that holds earlier exports).")
 
 
-def export_saved_model(checkpoint_path, stored_run, label_names, export_dir,
+def export_saved_model(checkpoint_path, stored, label_names, export_dir,
                        top_k=DEFAULT_TOP_K, logits_fn=None):
     """Writes the SavedModel of `checkpoint_path` to `<export_dir>/<step>`; returns that path.
 
     Args:
-      stored_run: the stored TrainSettings of the training directory
+      stored: the stored TrainSettings of the training directory
         (checkpoints.read_stored_run: its model section and data directory).
       label_names: label_names[i - 1] names label i; empty when the data set had none.
 
@@ -133,7 +133,7 @@ def export_saved_model(checkpoint_path, stored_run, label_names, export_dir,
     if tf.io.gfile.exists(version_dir):
         raise ExportError(f"{version_dir} exists already (this checkpoint was exported); train "
                           "further for a new version or pass another --export_dir.")
-    serving_graph = build_serving_graph(stored_run.model, label_names, top_k, logits_fn)
+    serving_graph = build_serving_graph(stored.model, label_names, top_k, logits_fn)
     # Written whole under a temporary name first: beside the versions on a local disk (then one
     # rename), in a local temporary directory for a URL (object stores cannot rename folders).
     staging_parent = tempfile.mkdtemp() if files.is_url(export_dir) else export_dir
@@ -141,7 +141,7 @@ def export_saved_model(checkpoint_path, stored_run, label_names, export_dir,
                                                f"{os.getpid()}")
     try:
         _write_saved_model(serving_graph, checkpoint_path, partial_dir)
-        _write_settings(partial_dir, stored_run)
+        _write_settings(partial_dir, stored)
         _publish(partial_dir, version_dir)
     finally:
         if os.path.isdir(partial_dir):
@@ -173,15 +173,15 @@ def export_training_run(checkpoint_dir, export_dir, checkpoint_path="", top_k=DE
     """Exports the newest checkpoint of the training directory `checkpoint_dir` (or
     `checkpoint_path`) with the settings and label names stored beside it; returns the new
     version directory. Everything is checked before anything is written."""
-    stored_run = read_training_run(checkpoint_dir)
+    stored = read_training_run(checkpoint_dir)
     checkpoint_path = checkpoint_path or newest_checkpoint(checkpoint_dir)
     if not tf.io.gfile.exists(checkpoint_path + ".index"):
         raise ExportError(f"--checkpoint_path={checkpoint_path} does not exist; pass a prefix "
                           "such as <train_dir>/model.ckpt-1000 (without .index).")
-    label_names = stored_label_names(stored_run, log)
-    log(f"exporting {checkpoint_path} ({stored_run.model.image_size} px, "
-        f"{stored_run.model.num_classes - 1} labels)...")
-    return export_saved_model(checkpoint_path, stored_run, label_names, export_dir, top_k)
+    label_names = stored_label_names(stored, log)
+    log(f"exporting {checkpoint_path} ({stored.model.image_size} px, "
+        f"{stored.model.num_classes - 1} labels)...")
+    return export_saved_model(checkpoint_path, stored, label_names, export_dir, top_k)
 
 
 def read_training_run(checkpoint_dir):
@@ -190,11 +190,11 @@ def read_training_run(checkpoint_dir):
     if not tf.io.gfile.isdir(checkpoint_dir):
         raise ExportError(f"{checkpoint_dir} does not exist; pass the --train_dir of a "
                           "training run.")
-    stored_run = checkpoints.read_stored_run(checkpoint_dir)
-    if stored_run is None:
+    stored = checkpoints.read_stored_run(checkpoint_dir)
+    if stored is None:
         raise ExportError(f"{checkpoint_dir} has no {checkpoints.SETTINGS_FILE}; pass the "
                           "--train_dir of a training run of this trainer.")
-    return stored_run
+    return stored
 
 
 def newest_checkpoint(checkpoint_dir):
@@ -206,11 +206,11 @@ def newest_checkpoint(checkpoint_dir):
     return path
 
 
-def stored_label_names(stored_run, log=print):
+def stored_label_names(stored, log=print):
     """Label names from the labels.txt of the run's data directory; () with a note when that
     directory has none (the labels are then shown as numbers)."""
-    path = os.path.join(stored_run.data.data_dir, tfrecord_format.LABELS_FILE)
-    if stored_run.data.data_dir and tf.io.gfile.exists(path):
+    path = os.path.join(stored.data.data_dir, tfrecord_format.LABELS_FILE)
+    if stored.data.data_dir and tf.io.gfile.exists(path):
         return tuple(tfrecord_format.read_labels_file(path))
     log(f"note: no {path}; labels will be shown as numbers.")
     return ()
@@ -237,10 +237,10 @@ def _signatures(serving_graph):
     }
 
 
-def _write_settings(target_dir, stored_run):
+def _write_settings(target_dir, stored):
     # assets.extra is where TensorFlow Serving lets a model carry files it does not read.
     extra = os.path.join(target_dir, "assets.extra")
     tf.io.gfile.makedirs(extra)
     with tf.io.gfile.GFile(os.path.join(extra, checkpoints.SETTINGS_FILE), "w") as handle:
-        handle.write(json.dumps(dataclasses.asdict(stored_run.model), indent=2,
+        handle.write(json.dumps(dataclasses.asdict(stored.model), indent=2,
                                 sort_keys=True) + "\n")

@@ -59,6 +59,8 @@ DEMO_DEFAULTS = TrainingDefaults(image_size=128, depth_multiplier=0.25, max_step
 
 @dataclasses.dataclass(frozen=True)
 class KnownDataset:
+    """A standard data set's size: its labels and the examples of each subset (so a run need
+    not count them)."""
     num_labels: int
     examples: dict
 

@@ -1,4 +1,5 @@
-"""Writing files so that a reader never sees half of one."""
+"""Paths on any file system TensorFlow reaches: telling a URL path from a local one, reading
+text, and writing it so that a reader never sees half of a file."""
 
 import contextlib
 import os

@@ -329,7 +329,7 @@ def save_checkpoint(saver, session, prefix, step, needed_bytes):
 
 def _free_space(directory):
     # Only a local directory can say how much space is free.
-    if "://" in directory:
+    if files.is_url(directory):
         return ""
     return f" ({_size(shutil.disk_usage(directory).free)} free)"
 

@@ -16,8 +16,6 @@ from data import tfrecord_format
 from inception.image_processing import CropSettings
 from inception.settings import DATASET_NAMES
 
-LABELS_FILE = tfrecord_format.LABELS_FILE
-
 
 class DataError(ValueError):
     """The data directory or its shards cannot be used; the message says what to do."""
@@ -129,14 +127,14 @@ def count_records(paths):
     return total
 
 
-def resolve_dataset(name, data_dir, num_classes=None, log=print):
+def resolve_dataset(name, data_dir, num_labels=None, log=print):
     """Finds the data set a run uses.
 
     Args:
       name: one of DATASET_NAMES, or "" to infer: the demo without `data_dir`, else `custom`.
       data_dir: directory of the shards; "" for the demo's cache.
-      num_classes: labels in the data, background excluded; needed only for shards that come
-        without a labels.txt and are not a known set.
+      num_labels: labels in the data, background excluded (--num_classes); needed only for
+        shards that come without a labels.txt and are not a known set.
       log: progress output (the demo's first generation).
 
     Returns:
@@ -154,25 +152,28 @@ def resolve_dataset(name, data_dir, num_classes=None, log=print):
                         "the train-*/validation-* shards.")
     label_names = _read_labels(data_dir)
     known = KNOWN_DATASETS.get(name)
-    if num_classes:
-        num_labels = num_classes
-    elif label_names:
-        num_labels = len(label_names)
-    elif known:
-        num_labels = known.num_labels
-    elif name == "demo":
-        num_labels = len(demo_data.CLASS_NAMES)
-    else:
-        raise DataError(f"{data_dir} has no {LABELS_FILE}; pass --num_classes=<number of labels> "
-                        "or --dataset=imagenet|flowers.")
+    num_labels = num_labels or _label_count(name, data_dir, label_names, known)
     if label_names and len(label_names) != num_labels:
-        raise DataError(f"--num_classes={num_labels} but {data_dir}/{LABELS_FILE} lists "
-                        f"{len(label_names)} labels; drop --num_classes or fix the file.")
+        raise DataError(f"--num_classes={num_labels} but {data_dir}/{tfrecord_format.LABELS_FILE}"
+                        f" lists {len(label_names)} labels; drop --num_classes or fix the file.")
     return Dataset(name=name, data_dir=data_dir, num_classes=num_labels + 1,
                    label_names=tuple(label_names),
                    known_examples=dict(known.examples) if known else {})
 
 
+def _label_count(name, data_dir, label_names, known):
+    """Labels of a data set for which --num_classes was not given: labels.txt, else the known
+    set's or the demo's count."""
+    if label_names:
+        return len(label_names)
+    if known:
+        return known.num_labels
+    if name == "demo":
+        return len(demo_data.CLASS_NAMES)
+    raise DataError(f"{data_dir} has no {tfrecord_format.LABELS_FILE}; pass "
+                    "--num_classes=<number of labels> or --dataset=imagenet|flowers.")
+
+
 def _read_labels(data_dir):
-    path = os.path.join(data_dir, LABELS_FILE)
+    path = os.path.join(data_dir, tfrecord_format.LABELS_FILE)
     return tfrecord_format.read_labels_file(path) if tf.io.gfile.exists(path) else []

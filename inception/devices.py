@@ -183,7 +183,7 @@ def session_config(placement, intra_op_threads=0, inter_op_threads=0):
 
 
 
-def cpu_supports_bf16(cpuinfo_path="/proc/cpuinfo"):
+def cpu_supports_bf16(cpuinfo_path=machine.CPUINFO):
     """True when the CPU has bf16 matrix instructions (AVX512-BF16 or AMX-BF16)."""
     flags = machine.cpu_flags(cpuinfo_path)
     return "avx512_bf16" in flags or "amx_bf16" in flags

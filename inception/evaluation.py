@@ -46,7 +46,7 @@ def resolve_settings(job, log=print):
 
 
 def run_evaluation(job, log=print, logits_fn=None):
-    """Evaluates as `job` say; returns the list of EvalResult (one per checkpoint)."""
+    """Evaluates as `job` says; returns the list of EvalResult (one per checkpoint)."""
     job.validate()
     # Memory growth before anything creates the GPU devices: evaluation shares the GPU with a
     # training run beside it.

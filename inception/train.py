@@ -132,7 +132,6 @@ def cluster_from_flags():
 
 
 PATH_SETTINGS = ("train_dir", "data_dir", "pretrained_model_checkpoint_path")
-PLAN_FLAGS = ("trainable_scopes", "stages", "training_plan")  # one plan, built here
 
 
 def settings_from_flags(cluster=None):

@@ -247,8 +247,9 @@ class _Loop:
             return
         if self.settings.on_divergence == "stop":
             self.writer.flush()
-            raise loop_guards.DivergingError(f"{warning} Training stopped (--on_divergence=stop); "
-                                 f"{loop_guards.kept(result.checkpoint)}.")
+            raise loop_guards.DivergingError(
+                f"{warning} Training stopped (--on_divergence=stop); "
+                f"{loop_guards.kept(result.checkpoint)}.")
         self.log(timestamped(f"warning: {warning}"))
 
     def _maybe_log(self, step, cadences, result, corrupt):

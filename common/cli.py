@@ -8,6 +8,7 @@ import tempfile
 import warnings
 
 from common import files
+from common import signals
 
 
 def quiet_tensorflow():
@@ -72,7 +73,9 @@ def log(message):
 
 def parse_flags(argv):
     """absl flags parser for `app.run(main, flags_parser=cli.parse_flags)`: a bad flag or value
-    becomes one line `error: ...` and exit status 2."""
+    becomes one line `error: ...` and exit status 2. It runs before anything slow, so it also
+    makes Ctrl-C / SIGTERM one line in every later phase (common.signals.handle_signals)."""
+    signals.handle_signals()
     from absl import flags  # pylint: disable=import-outside-toplevel
     try:
         return flags.FLAGS(argv)

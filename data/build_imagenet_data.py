@@ -6,12 +6,15 @@ build_imagenet_data.py, plus --validation_labels_file for the flat validation fo
 """
 
 from common import cli
+from common import signals
 
+signals.handle_signals()  # Ctrl-C is one line in every phase, this import of TensorFlow too
 cli.quiet_tensorflow()
 
 from absl import app  # noqa: E402  pylint: disable=wrong-import-position
 from absl import flags  # noqa: E402  pylint: disable=wrong-import-position
 
+from common import image_limits  # noqa: E402  pylint: disable=wrong-import-position
 from data import builder_cli  # noqa: E402  pylint: disable=wrong-import-position
 from data import imagenet  # noqa: E402  pylint: disable=wrong-import-position
 
@@ -29,9 +32,12 @@ flags.DEFINE_string("imagenet_metadata_file", imagenet.DEFAULT_METADATA_FILE,
 flags.DEFINE_string("bounding_box_file", "", "Box CSV `filename,xmin,ymin,xmax,ymax` from "
                     "//data:process_bounding_boxes; empty: no boxes.")
 flags.DEFINE_string("output_directory", "", "Where the shards and labels.txt go (created if "
-                    "missing; must not hold shards of the same splits).")
+                    "missing; must not hold shards of the same splits, nor another data set's).")
 flags.DEFINE_integer("train_shards", 1024, "Number of training shards.")
 flags.DEFINE_integer("validation_shards", 128, "Number of validation shards.")
+flags.DEFINE_integer("max_image_pixels", image_limits.MAX_IMAGE_PIXELS,
+                     "Images declaring more pixels (width x height) are skipped, checked from "
+                     "the file's header before decoding (a small file can declare gigabytes).")
 flags.DEFINE_integer("num_threads", 8, "Threads writing shards at once; must divide both shard "
                      "counts.")
 
@@ -47,7 +53,8 @@ def options_from_flags():
         metadata_file=cli.user_path(FLAGS.imagenet_metadata_file),
         bounding_box_file=cli.user_path(FLAGS.bounding_box_file),
         train_shards=FLAGS.train_shards, validation_shards=FLAGS.validation_shards,
-        num_threads=FLAGS.num_threads)
+        num_threads=FLAGS.num_threads,
+        max_image_pixels=FLAGS.max_image_pixels)
 
 
 def main(argv):

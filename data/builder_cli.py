@@ -20,5 +20,6 @@ def run_build(argv, build, make_options):
         build(make_options(), log=cli.log)
     except (ValueError, OSError) as error:
         cli.fail(error)
-    except KeyboardInterrupt:
-        cli.fail("interrupted; no shards were published (rerun the same command).", code=130)
+    except KeyboardInterrupt as interrupt:  # Ctrl-C or SIGTERM (common.signals)
+        cli.fail("interrupted; no shards were published (rerun the same command).",
+                 code=getattr(interrupt, "exit_status", 130))

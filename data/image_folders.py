@@ -2,12 +2,14 @@
 
 Layout: `<split_directory>/<label>/<image>`. Labels are numbered from 1 in the order of the
 labels file (0 is background); without a labels file, in the sorted order of the training
-directory's sub-folders. Every label needs a non-empty folder in every split that is built.
+directory's sub-folders. Every label needs a non-empty folder in every split that is built;
+only the files directly in a label folder are read (its sub-folders are named in the log).
 """
 
 import dataclasses
 import os
 
+from common import image_limits
 from data import shard_writer
 from data import tfrecord_format
 from data.errors import BuildError
@@ -19,6 +21,7 @@ class FolderBuildOptions:
 
     labels_file: one label (folder name) per line; "" for the sorted sub-folders of the
       training directory (of the validation directory when there is no training directory).
+    max_image_pixels: images declaring more pixels (width x height) are skipped undecoded.
     """
     output_dir: str
     train_dir: str = ""
@@ -27,6 +30,7 @@ class FolderBuildOptions:
     train_shards: int = 2
     validation_shards: int = 2
     num_threads: int = 2
+    max_image_pixels: int = image_limits.MAX_IMAGE_PIXELS
 
 
 def build_from_folders(options, log=print, progress_stream=None):
@@ -39,12 +43,13 @@ def build_from_folders(options, log=print, progress_stream=None):
     shard_counts = {"train": options.train_shards, "validation": options.validation_shards}
     plans = []
     for split, directory in split_dirs.items():
-        sources = find_images(directory, label_names, split)
+        sources = find_images(directory, label_names, split, log=log)
         plans.append(shard_writer.SplitPlan(split, tuple(sources), shard_counts[split]))
         _log_ignored_folders(directory, label_names, log)
     return shard_writer.build_shards(plans, options.output_dir, label_names,
                                      options.num_threads, log=log,
-                                     progress_stream=progress_stream)
+                                     progress_stream=progress_stream,
+                                     max_image_pixels=options.max_image_pixels)
 
 
 def split_directories(train_dir, validation_dir):
@@ -87,31 +92,40 @@ def read_label_names(labels_file, label_dir):
     return names
 
 
-def find_images(split_dir, label_names, split):
+def find_images(split_dir, label_names, split, log=print):
     """ImageSource of every file in `<split_dir>/<label>/`, label i + 1 for label_names[i].
 
-    Raises BuildError when a label's folder is missing or holds no files.
+    Sub-folders of the label folders are left out, and named in one `log` line. Raises
+    BuildError when a label's folder is missing or holds no files.
     """
-    sources = []
+    sources, dropped = [], []
     for index, name in enumerate(label_names):
-        paths = label_folder_images(split_dir, name, split)
+        paths, sub_folders_of_label = label_folder_images(split_dir, name, split)
         sources.extend(shard_writer.ImageSource(path=path, label=index + 1, text=name)
                        for path in paths)
+        dropped.extend(f"{name}/{folder}" for folder in sub_folders_of_label)
+    line = shard_writer.describe_dropped_folders(f"the {split} label folders in {split_dir}",
+                                                 dropped)
+    if line:
+        log(line)
     return sources
 
 
 def label_folder_images(split_dir, name, split):
-    """Sorted image paths in `<split_dir>/<name>`; raises BuildError if missing or empty."""
+    """(sorted image paths, sorted sub-folder names) of `<split_dir>/<name>`; raises BuildError
+    if the folder is missing or holds no files."""
     folder = os.path.join(split_dir, name)
     if not os.path.isdir(folder):
         raise BuildError(f"label '{name}' has no folder {folder} in the {split} directory; "
                          "add the folder with its images, or leave the label out of "
                          "--labels_file.")
-    paths = shard_writer.list_image_files(folder)
+    paths, folders = shard_writer.list_folder(folder)
     if not paths:
-        raise BuildError(f"the label folder {folder} holds no images; add images or remove "
-                         f"label '{name}' (and its folder).")
-    return paths
+        nested = (f" (only sub-folders, e.g. {folders[0]}: images must sit directly in the "
+                  "label folder)" if folders else "")
+        raise BuildError(f"the label folder {folder} holds no images{nested}; add images or "
+                         f"remove label '{name}' (and its folder).")
+    return paths, folders
 
 
 def sub_folders(directory):

@@ -12,6 +12,7 @@ import dataclasses
 import os
 import re
 
+from common import image_limits
 from data import bounding_boxes
 from data import image_folders
 from data import shard_writer
@@ -31,6 +32,7 @@ class ImageNetBuildOptions:
     synsets_file: one synset per line, line i is label i.
     metadata_file: `<synset><TAB><human-readable name>` lines (extra synsets are ignored).
     bounding_box_file: the box CSV, "" for no boxes.
+    max_image_pixels: images declaring more pixels (width x height) are skipped undecoded.
     """
     output_dir: str
     train_dir: str = ""
@@ -42,6 +44,7 @@ class ImageNetBuildOptions:
     train_shards: int = 1024
     validation_shards: int = 128
     num_threads: int = 8
+    max_image_pixels: int = image_limits.MAX_IMAGE_PIXELS
 
 
 def build_imagenet(options, log=print, progress_stream=None):
@@ -59,15 +62,17 @@ def build_imagenet(options, log=print, progress_stream=None):
     plans = []
     for split, directory in split_dirs.items():
         if split == "validation" and options.validation_labels_file:
-            sources = flat_validation_images(directory, options.validation_labels_file, synsets)
+            sources = flat_validation_images(directory, options.validation_labels_file, synsets,
+                                             log=log)
         else:
-            sources = image_folders.find_images(directory, synsets, split)
+            sources = image_folders.find_images(directory, synsets, split, log=log)
         sources = [with_imagenet_details(source, human_names, boxes) for source in sources]
         with_boxes = sum(1 for source in sources if source.boxes)
         log(f"{split}: {with_boxes} of {len(sources)} images have bounding boxes")
         plans.append(shard_writer.SplitPlan(split, tuple(sources), shard_counts[split]))
     return shard_writer.build_shards(plans, options.output_dir, synsets, options.num_threads,
-                                     log=log, progress_stream=progress_stream)
+                                     log=log, progress_stream=progress_stream,
+                                     max_image_pixels=options.max_image_pixels)
 
 
 def read_synsets(path):
@@ -106,17 +111,22 @@ def read_human_names(path, synsets):
     return {synset: names[synset] for synset in synsets}
 
 
-def flat_validation_images(validation_dir, labels_path, synsets):
+def flat_validation_images(validation_dir, labels_path, synsets, log=print):
     """ImageSource per image of a flat validation folder, labelled by `labels_path`.
 
-    Line i of `labels_path` is the synset of the i-th image in sorted file-name order. Raises
-    BuildError when the counts differ or a line is not one of `synsets`.
+    Line i of `labels_path` is the synset of the i-th image in sorted file-name order; the
+    folder's sub-folders are left out, and named in one `log` line. Raises BuildError when the
+    counts differ or a line is not one of `synsets`.
     """
     if not os.path.isfile(labels_path):
         raise BuildError(f"--validation_labels_file={labels_path} does not exist; pass the "
                          "file with one synset per validation image, or leave the flag out "
                          "when the images are in <synset>/ folders.")
-    paths = shard_writer.list_image_files(validation_dir)
+    paths, folders = shard_writer.list_folder(validation_dir)
+    line = shard_writer.describe_dropped_folders(f"the flat validation folder {validation_dir}",
+                                                 folders)
+    if line:
+        log(line)
     labels = tfrecord_format.read_labels_file(labels_path)
     if len(paths) != len(labels):
         raise BuildError(f"{validation_dir} holds {len(paths)} files but {labels_path} lists "

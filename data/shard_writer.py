@@ -1,41 +1,33 @@
 """Writes labelled image files into TFRecord shards in the original Inception format.
 
-What the folder-tree and ImageNet builders share: turning any image Pillow reads into an RGB
-JPEG, a fixed-seed shuffle, spreading the images over shards and the shards over threads (each
-thread writes its own range of shards), a progress bar, and publishing the shards only when all
-of them are whole. Every shard is written under a temporary name that does not look like a
-shard; the shards of every split are renamed into place together at the end, so an interrupted
-or failed build leaves nothing that looks complete.
+What the folder-tree and ImageNet builders share: turning any image Pillow reads into an
+upright RGB JPEG (image_convert), a fixed-seed shuffle, spreading the images over shards and the
+shards over threads (each thread writes its own range of shards), a progress bar, and
+publishing the shards only when all of them are whole and every label kept an image. Every
+shard is written under a temporary name that does not look like a shard; the shards of every
+split are renamed into place together at the end, so an interrupted or failed build leaves
+nothing that looks complete (and the next build removes what a killed one left).
 """
 
+import collections
 import concurrent.futures
 import dataclasses
-import io
 import os
 import random
 import threading
 
-import numpy as np
 import tensorflow as tf
-from PIL import Image
 
+from common import image_limits
 from common.progress import ProgressBar
+from data import image_convert
+from data import output_directory
 from data import tfrecord_format
 from data.errors import BuildError
+from data.image_convert import UndecodableImageError
 
 SHUFFLE_SEED = 12345
-# Pillow's advice: above 95 the file grows a lot for no visible gain.
-JPEG_QUALITY = 95
-# The training pipeline treats a JPEG as complete only when its end-of-image marker lies within
-# this many bytes of the end (image_processing.is_complete_jpeg); other JPEGs are re-encoded.
-_JPEG_END_WINDOW = 64
-_JPEG_END_MARKER = b"\xff\xd9"
-_PASS_THROUGH_FORMATS = ("JPEG", "MPO")  # MPO: a camera JPEG with extra frames appended
-_PILLOW_DECODE_ERRORS = (OSError, SyntaxError, ValueError, Image.DecompressionBombError)
-
-
-class UndecodableImageError(Exception):
-    """An image file that cannot be read or decoded; the builder skips it."""
+_NAMES_SHOWN = 5  # of the sub-folders a listing drops, in its one log line
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,72 +53,54 @@ class SplitPlan:
 
 @dataclasses.dataclass(frozen=True)
 class SplitResult:
-    """What a build wrote for one split; `skipped` lists (path, reason) of undecodable images."""
+    """What a build wrote for one split; `skipped` lists (path, reason) of the images left out
+    (undecodable, or over the pixel limit)."""
     split: str
     num_shards: int
     written: int
     skipped: tuple
 
 
-def to_rgb_jpeg(data):
-    """Returns (jpeg_bytes, height, width) for the image file contents `data`.
-
-    A complete RGB JPEG passes through byte for byte; PNG, greyscale (8 or 16 bit), CMYK and
-    anything else Pillow reads is converted to an RGB JPEG (transparent areas over white). Raises
-    UndecodableImageError when `data` is not an image that decodes completely.
-    """
-    try:
-        with Image.open(io.BytesIO(data)) as image:
-            image.load()
-            if _can_pass_through(image, data):
-                return data, image.height, image.width
-            rgb = _flatten_to_rgb(image)
-            buffer = io.BytesIO()
-            rgb.save(buffer, format="JPEG", quality=JPEG_QUALITY)
-    except Image.UnidentifiedImageError:
-        raise UndecodableImageError("not an image file (no image format recognizes it)") from None
-    except _PILLOW_DECODE_ERRORS as error:
-        raise UndecodableImageError(str(error) or type(error).__name__) from None
-    return buffer.getvalue(), rgb.height, rgb.width
-
-
-def _can_pass_through(image, data):
-    return (image.format in _PASS_THROUGH_FORMATS and image.mode == "RGB"
-            and _JPEG_END_MARKER in data[-_JPEG_END_WINDOW:])
-
-
-def _flatten_to_rgb(image):
-    if image.mode.startswith("I;16"):
-        # 16-bit greyscale: Pillow's own conversion would clip everything above 255 to white.
-        pixels = np.clip(np.asarray(image, dtype=np.int64) >> 8, 0, 255).astype(np.uint8)
-        return Image.fromarray(pixels, "L").convert("RGB")
-    has_alpha = image.mode in ("RGBA", "LA", "PA") or (
-        image.mode == "P" and "transparency" in image.info)
-    if not has_alpha:
-        return image.convert("RGB")
-    rgba = image.convert("RGBA")
-    white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
-    return Image.alpha_composite(white, rgba).convert("RGB")
-
-
-def read_record(source):
-    """The ImageRecord for `source`; raises UndecodableImageError for a bad or unreadable file."""
+def read_record(source, max_image_pixels=image_limits.MAX_IMAGE_PIXELS):
+    """The ImageRecord for `source`; raises UndecodableImageError for a bad or unreadable file
+    or one of more than `max_image_pixels` pixels."""
     try:
         with open(source.path, "rb") as handle:
             data = handle.read()
     except OSError as error:
         raise UndecodableImageError(error.strerror or str(error)) from None
-    encoded, height, width = to_rgb_jpeg(data)
+    encoded, height, width, orientation = image_convert.to_rgb_jpeg(data, max_image_pixels)
     return tfrecord_format.ImageRecord(
         encoded_jpeg=encoded, label=source.label, text=source.text, height=height, width=width,
-        filename=os.path.basename(source.path), synset=source.synset, boxes=source.boxes)
+        filename=os.path.basename(source.path), synset=source.synset,
+        boxes=image_convert.upright_boxes(source.boxes, orientation))
 
 
-def list_image_files(directory):
-    """Sorted paths of the regular, non-hidden files directly inside `directory`."""
-    names = sorted(name for name in os.listdir(directory) if not name.startswith("."))
-    paths = (os.path.join(directory, name) for name in names)
-    return [path for path in paths if os.path.isfile(path)]
+def list_folder(directory):
+    """([sorted paths of the regular, non-hidden files], [sorted names of the non-hidden
+    sub-folders]) directly inside `directory`: the files are the images, the sub-folders are
+    what a build leaves out."""
+    files, folders = [], []
+    with os.scandir(directory) as entries:  # the entries' types come with the listing
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            if entry.is_file():
+                files.append(entry.path)
+            elif entry.is_dir():
+                folders.append(entry.name)
+    return sorted(files), sorted(folders)
+
+
+def describe_dropped_folders(place, folders):
+    """One log line naming the sub-folders `folders` (e.g. "daisy/extra") a listing of `place`
+    left out, the first few by name; None when there are none."""
+    if not folders:
+        return None
+    shown = ", ".join(folders[:_NAMES_SHOWN])
+    more = f" and {len(folders) - _NAMES_SHOWN} more" if len(folders) > _NAMES_SHOWN else ""
+    return (f"note: ignoring {len(folders)} sub-folder(s) of {place} (images are read only "
+            f"from the folder itself; move them up to use them): {shown}{more}")
 
 
 def shuffled(sources, seed=SHUFFLE_SEED):
@@ -142,10 +116,14 @@ def shard_bounds(num_images, num_shards):
     return list(zip(cuts[:-1], cuts[1:]))
 
 
-def check_plans(plans, num_threads):
-    """Raises BuildError unless every split's shards divide evenly over `num_threads` threads."""
+def check_plans(plans, num_threads, max_image_pixels=image_limits.MAX_IMAGE_PIXELS):
+    """Raises BuildError unless every split's shards divide evenly over `num_threads` threads
+    and the pixel limit is positive."""
     if num_threads < 1:
         raise BuildError(f"--num_threads={num_threads} must be at least 1.")
+    if max_image_pixels < 1:
+        raise BuildError(f"--max_image_pixels={max_image_pixels} must be at least 1 (default "
+                         f"{image_limits.MAX_IMAGE_PIXELS}).")
     if not plans:
         raise BuildError("nothing to build; pass --train_directory and/or "
                          "--validation_directory.")
@@ -161,52 +139,46 @@ def check_plans(plans, num_threads):
             raise BuildError(f"no {plan.split} images found; check --{plan.split}_directory.")
 
 
-def check_output_directory(output_dir, splits, label_names):
-    """Raises BuildError if `output_dir` already holds shards of `splits` or other labels."""
-    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
-        raise BuildError(f"--output_directory={output_dir} is a file; pass a directory.")
-    for split in splits:
-        existing = tfrecord_format.list_shards(output_dir, split)
-        if existing:
-            raise BuildError(
-                f"{output_dir} already contains {len(existing)} {split} shard(s) (e.g. "
-                f"{os.path.basename(existing[0])}); use another --output_directory or delete "
-                "them first.")
-    labels_path = os.path.join(output_dir, tfrecord_format.LABELS_FILE)
-    if os.path.exists(labels_path) and (
-            tfrecord_format.read_labels_file(labels_path) != list(label_names)):
-        raise BuildError(f"{labels_path} already exists and lists other labels; use another "
-                         "--output_directory or delete that file first.")
-
-
-def build_shards(plans, output_dir, label_names, num_threads, log=print, progress_stream=None):
+def build_shards(plans, output_dir, label_names, num_threads, log=print, progress_stream=None,
+                 max_image_pixels=image_limits.MAX_IMAGE_PIXELS):
     """Writes the shards of every plan and `labels.txt` into `output_dir`.
 
-    Images are shuffled with a fixed seed; undecodable ones are skipped, named in the summary
-    and counted. Nothing is published unless every shard of every split is whole.
+    Images are shuffled with a fixed seed; undecodable and oversized ones are skipped, named in
+    the summary and counted. Nothing is published unless every shard of every split is whole
+    and every label of a split kept at least one image. Partial shards that killed builds on
+    this machine left in `output_dir` are removed first.
 
     Args:
       plans: SplitPlan per split.
-      output_dir: created if missing; must not hold shards of these splits already.
+      output_dir: created if missing; must not hold shards of these splits already, nor
+        shards of other splits or a labels.txt that name the labels differently.
       label_names: label_names[i - 1] names label i; written to labels.txt.
       num_threads: threads writing at once; must divide every plan's num_shards.
       log: called with each progress and summary line.
       progress_stream: where the progress bar goes (stderr by default).
+      max_image_pixels: images declaring more pixels (width x height) are skipped undecoded.
 
     Returns:
       [SplitResult] in the order of `plans`.
     """
-    check_plans(plans, num_threads)
-    check_output_directory(output_dir, [plan.split for plan in plans], label_names)
+    check_plans(plans, num_threads, max_image_pixels)
+    output_directory.check_output_directory(output_dir, [plan.split for plan in plans],
+                                            label_names)
     os.makedirs(output_dir, exist_ok=True)
-    temporary_paths = {}  # final shard path -> temporary path
+    cleanup = output_directory.describe_cleanup(
+        output_dir, *output_directory.remove_stale_partial_files(output_dir))
+    if cleanup:
+        log(cleanup)
+    writer = _SplitWriter(output_dir, num_threads, max_image_pixels, log, progress_stream)
     try:
-        results = [_write_split(plan, output_dir, num_threads, temporary_paths, log,
-                                progress_stream) for plan in plans]
-        for final_path, temporary_path in temporary_paths.items():
+        results = []
+        for plan in plans:
+            results.append(writer.write(plan))
+            check_every_label_kept(plan, results[-1], label_names)
+        for final_path, temporary_path in writer.temporary_paths.items():
             os.replace(temporary_path, final_path)
     except BaseException:
-        _remove_files(temporary_paths.values())
+        _remove_files(writer.temporary_paths.values())
         raise
     tfrecord_format.write_labels_file(
         os.path.join(output_dir, tfrecord_format.LABELS_FILE), label_names)
@@ -215,51 +187,82 @@ def build_shards(plans, output_dir, label_names, num_threads, log=print, progres
     return results
 
 
+def check_every_label_kept(plan, result, label_names):
+    """Raises BuildError when every image `plan` has of some label was skipped in `result`:
+    a split without a single example of a label trains or evaluates it meaninglessly."""
+    skipped = dict(result.skipped)
+    given = collections.Counter(source.label for source in plan.sources)
+    lost = collections.Counter(source.label for source in plan.sources
+                               if source.path in skipped)
+    empty = sorted(label for label, count in given.items() if lost[label] == count)
+    if not empty:
+        return
+    label = empty[0]
+    example = next(source.path for source in plan.sources
+                   if source.label == label and source.path in skipped)
+    others = f" (and {len(empty) - 1} more label(s))" if len(empty) > 1 else ""
+    reason = " ".join(skipped[example].split())
+    raise BuildError(
+        f"every {plan.split} image of label '{label_names[label - 1]}'{others} was skipped "
+        f"({given[label]} file(s), e.g. {example}: {reason}); nothing was published: replace "
+        "those files with readable images or leave the label out, then rerun.")
+
+
 def summary_lines(results, output_dir):
     """Human-readable lines: images and shards per split, then every skipped image."""
     lines = [f"{result.split}: {result.written} images in {result.num_shards} shards in "
              f"{output_dir}" for result in results]
     skipped = [entry for result in results for entry in result.skipped]
     if skipped:
-        lines.append(f"skipped {len(skipped)} image(s) that could not be decoded:")
+        lines.append(f"skipped {len(skipped)} image(s) that could not be decoded or were "
+                     "too large:")
         lines.extend(f"  {path}: {reason}" for path, reason in skipped)
     return lines
 
 
-def temporary_shard_path(final_path):
-    """Where a shard is written before it is whole; the name never matches a shard's pattern."""
-    return f"{final_path}.partial-{os.getpid()}"
+class _SplitWriter:
+    """Writes one split at a time into temporary shards, remembering them all for publishing."""
+
+    def __init__(self, output_dir, num_threads, max_image_pixels, log, progress_stream):
+        self.temporary_paths = {}  # final shard path -> temporary path
+        self._output_dir = output_dir
+        self._num_threads = num_threads
+        self._max_image_pixels = max_image_pixels
+        self._log = log
+        self._progress_stream = progress_stream
+
+    def write(self, plan):
+        """Writes `plan`'s shards under temporary names; returns its SplitResult."""
+        sources = shuffled(plan.sources)
+        self._log(f"{plan.split}: {len(sources)} images -> {plan.num_shards} shards, "
+                  f"{self._num_threads} thread(s)")
+        shards = []
+        for index, (start, end) in enumerate(shard_bounds(len(sources), plan.num_shards)):
+            final_path = os.path.join(self._output_dir, tfrecord_format.shard_name(
+                plan.split, index, plan.num_shards))
+            self.temporary_paths[final_path] = output_directory.temporary_shard_path(final_path)
+            shards.append((self.temporary_paths[final_path], sources[start:end]))
+        progress = _SharedProgress(ProgressBar(len(sources), label="images",
+                                               stream=self._progress_stream))
+        per_thread = plan.num_shards // self._num_threads
+        groups = [shards[thread * per_thread:(thread + 1) * per_thread]
+                  for thread in range(self._num_threads)]
+        try:
+            outcomes = _run_in_threads(groups, self._max_image_pixels, progress)
+        finally:
+            progress.close()
+        written = sum(count for count, _ in outcomes)
+        skipped = tuple(entry for _, entries in outcomes for entry in entries)
+        return SplitResult(split=plan.split, num_shards=plan.num_shards, written=written,
+                           skipped=skipped)
 
 
-def _write_split(plan, output_dir, num_threads, temporary_paths, log, progress_stream):
-    sources = shuffled(plan.sources)
-    log(f"{plan.split}: {len(sources)} images -> {plan.num_shards} shards, "
-        f"{num_threads} thread(s)")
-    shards = []
-    for index, (start, end) in enumerate(shard_bounds(len(sources), plan.num_shards)):
-        final_path = os.path.join(output_dir,
-                                  tfrecord_format.shard_name(plan.split, index, plan.num_shards))
-        temporary_paths[final_path] = temporary_shard_path(final_path)
-        shards.append((temporary_paths[final_path], sources[start:end]))
-    progress = _SharedProgress(ProgressBar(len(sources), label="images", stream=progress_stream))
-    per_thread = plan.num_shards // num_threads
-    groups = [shards[thread * per_thread:(thread + 1) * per_thread]
-              for thread in range(num_threads)]
-    try:
-        outcomes = _run_in_threads(groups, progress)
-    finally:
-        progress.close()
-    written = sum(count for count, _ in outcomes)
-    skipped = tuple(entry for _, entries in outcomes for entry in entries)
-    return SplitResult(split=plan.split, num_shards=plan.num_shards, written=written,
-                       skipped=skipped)
-
-
-def _run_in_threads(groups, progress):
+def _run_in_threads(groups, max_image_pixels, progress):
     """Runs `_write_shard_group` for each group on its own thread; [(written, skipped)]."""
     cancel = threading.Event()
     with concurrent.futures.ThreadPoolExecutor(max_workers=len(groups)) as pool:
-        futures = [pool.submit(_write_shard_group, group, cancel, progress) for group in groups]
+        futures = [pool.submit(_write_shard_group, group, max_image_pixels, cancel, progress)
+                   for group in groups]
         try:
             concurrent.futures.wait(futures, return_when=concurrent.futures.FIRST_EXCEPTION)
             for future in futures:
@@ -275,7 +278,7 @@ class _Cancelled(Exception):
     """Another thread failed (or the user interrupted); this one stops early."""
 
 
-def _write_shard_group(shards, cancel, progress):
+def _write_shard_group(shards, max_image_pixels, cancel, progress):
     written, skipped = 0, []
     for temporary_path, sources in shards:
         with tf.io.TFRecordWriter(temporary_path) as writer:
@@ -283,7 +286,7 @@ def _write_shard_group(shards, cancel, progress):
                 if cancel.is_set():
                     raise _Cancelled()
                 try:
-                    record = read_record(source)
+                    record = read_record(source, max_image_pixels)
                 except UndecodableImageError as error:
                     skipped.append((source.path, str(error)))
                 else:

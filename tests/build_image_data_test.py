@@ -1,4 +1,4 @@
-"""Folder tree -> TFRecord shards: records, conversion, skipped images, bad input, training."""
+"""Folder tree -> TFRecord shards: records, conversion, skipped images, bad input, mixed sets."""
 
 import io
 import os
@@ -11,6 +11,8 @@ import numpy as np
 import tensorflow as tf
 from PIL import Image
 
+from common import image_limits
+from data import image_convert
 from data import image_folders
 from data import shard_writer
 from data import tfrecord_format
@@ -225,7 +227,7 @@ class LabelsAndSkippedImagesTest(unittest.TestCase):
         self.assertEqual(train.written, 8)
         self.assertEqual(sorted(os.path.basename(path) for path, _ in train.skipped),
                          ["notes.txt", "truncated.jpg"])
-        self.assertIn("skipped 2 image(s) that could not be decoded:", lines)
+        self.assertIn("skipped 2 image(s) that could not be decoded or were too large:", lines)
         self.assertTrue(any(os.path.join(daisy, "truncated.jpg") in line for line in lines))
         self.assertIn(f"  {os.path.join(daisy, 'notes.txt')}: not an image file (no image format "
                       "recognizes it)", lines)
@@ -260,6 +262,20 @@ class BadInputTest(unittest.TestCase):
         os.makedirs(os.path.join(self.root, "train", "tulip"))
         self.assert_refused(r"the label folder .*tulip holds no images; add images",
                             validation_dir="")
+        save_image(os.path.join(self.root, "train", "tulip", "old", "t.jpg"), "RGB")
+        self.assert_refused(r"tulip holds no images \(only sub-folders, e.g. old: images must "
+                            r"sit directly in the label folder\)", validation_dir="")
+
+    def test_label_whose_every_image_fails_to_decode(self):
+        with open(os.path.join(self.root, "train", "daisy", "rgb.jpg"), "rb") as handle:
+            truncated = handle.read()[:120]
+        os.makedirs(os.path.join(self.root, "train", "tulip"))
+        for name, data in (("cut.jpg", truncated), ("notes.txt", b"text")):
+            with open(os.path.join(self.root, "train", "tulip", name), "wb") as handle:
+                handle.write(data)
+        save_image(os.path.join(self.root, "validation", "tulip", "ok.jpg"), "RGB")
+        self.assert_refused(r"^every train image of label 'tulip' was skipped \(2 file\(s\), "
+                            r"e.g. .*cut.jpg: [^\n]+\); nothing was published: replace")
 
     def test_shards_not_divisible_by_threads(self):
         self.assert_refused(r"--validation_shards=3 is not a multiple of --num_threads=2",
@@ -279,22 +295,67 @@ class BadInputTest(unittest.TestCase):
             self.assertEqual(handle.read(), b"earlier")
 
     def test_failure_midway_publishes_nothing(self):
-        convert = shard_writer.to_rgb_jpeg
+        convert = image_convert.to_rgb_jpeg
         seen_while_writing = []
 
-        def failing_convert(data):
+        def failing_convert(data, *args):
             seen_while_writing.append(sorted(os.listdir(self.output_dir)))
             if len(seen_while_writing) == 5:
                 raise RuntimeError("disk on fire")
-            return convert(data)
+            return convert(data, *args)
 
-        with mock.patch.object(shard_writer, "to_rgb_jpeg", failing_convert):
+        with mock.patch.object(image_convert, "to_rgb_jpeg", failing_convert):
             with self.assertRaisesRegex(RuntimeError, "disk on fire"):
                 build(self.root, self.output_dir, num_threads=1)
         partial = [name for names in seen_while_writing for name in names]
         self.assertTrue(partial and all(".partial-" in name for name in partial), partial)
         self.assertFalse(any(tfrecord_format.SHARD_PATTERN.match(name) for name in partial))
         self.assertEqual(os.listdir(self.output_dir), [])
+
+
+class DataSetGuardsTest(unittest.TestCase):
+    """Mixed data sets refused, dropped sub-folders named."""
+
+    def test_mixed_build_refused_even_after_labels_file_removed(self):
+        root = testing_utils.temp_dir("build")
+        folders = {"validation": "birds cats dogs", "ab": "a b", "bc": "birds cats",
+                   "bcd": "birds cats dogs"}
+        for split, labels in folders.items():
+            for label in labels.split():
+                save_image(os.path.join(root, split, label, f"{label}.png"), "RGB")
+        out = os.path.join(root, "out")
+        build(root, out, train_dir="")
+
+        def refused(train, pattern):
+            with self.assertRaisesRegex(shard_writer.BuildError, pattern):
+                build(root, out, train_dir=os.path.join(root, train), validation_dir="")
+
+        refused("ab", r"labels.txt already exists and lists other labels; use another "
+                r"--output_directory, or remove every shard there and labels.txt.$")
+        os.remove(os.path.join(out, "labels.txt"))
+        before = sorted(os.listdir(out))
+        refused("ab", r"^\S+out holds validation shards of another data set \(validation-"
+                r"0000\d-of-00002 has label \d = '\w+', this build('s label \d is '[ab]'| has "
+                r"labels 1 to 2)\); use another --output_directory, or remove every shard")
+        refused("bc", r"has label 3 = 'dogs', this build has labels 1 to 2\)")
+        self.assertEqual(sorted(os.listdir(out)), before)  # nothing written, nothing removed
+        build(root, out, train_dir=os.path.join(root, "bcd"), validation_dir="")
+        self.assertEqual(len(tfrecord_format.list_shards(out, "train")), 2)
+
+    def test_sub_folders_of_label_folders_are_named(self):
+        root = testing_utils.temp_dir("build")
+        make_tree(root)
+        for nested in ("train/daisy/extra", "train/rose/old", "validation/daisy/more"):
+            save_image(os.path.join(root, nested, "x.jpg"), "RGB")
+        results, lines = build(root, os.path.join(root, "out"))
+        self.assertEqual([r.written for r in results], [8, 2])
+        note = "note: ignoring {} sub-folder(s) of the {} label folders in {} (images are read "
+        self.assertIn(note.format(2, "train", os.path.join(root, "train")) + "only from the "
+                      "folder itself; move them up to use them): daisy/extra, rose/old", lines)
+        self.assertTrue(any(line.startswith(note.format(1, "validation", os.path.join(
+            root, "validation"))) and line.endswith(": daisy/more") for line in lines), lines)
+        self.assertTrue(shard_writer.describe_dropped_folders("x", list("abcdefg")).endswith(
+            ": a, b, c, d, e and 2 more"))
 
 
 class EntryPointTest(unittest.TestCase):
@@ -309,11 +370,14 @@ class EntryPointTest(unittest.TestCase):
         root = testing_utils.temp_dir("build")
         make_tree(root)
         result = self.run_builder("--train_directory=train", "--validation_directory=validation",
-                                  "--output_directory=out", cwd_for_paths=root)
+                                  "--output_directory=out", "--max_image_pixels=770",
+                                  cwd_for_paths=root)
         self.assertEqual(result.returncode, 0, result.stderr[-3000:])
         self.assertIn("images/sec)", result.stderr)
-        self.assertIn(f"train: 8 images in 2 shards in {os.path.join(root, 'out')}",
-                      result.stdout)
+        self.assertIn(f"train: 7 images in 2 shards in {os.path.join(root, 'out')}",
+                      result.stdout)  # cmyk.jpg, 28 x 28, is over the limit
+        self.assertIn(f"  {os.path.join(root, 'train', 'daisy', 'cmyk.jpg')}: "
+                      f"{image_limits.too_large_message(28, 28, 770)}", result.stdout)
         self.assertEqual(len(tfrecord_format.list_shards(os.path.join(root, "out"), "train")), 2)
 
     def test_bad_input_is_one_line_error(self):

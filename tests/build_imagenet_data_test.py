@@ -1,18 +1,28 @@
-"""ImageNet builder and XML -> CSV boxes on a tiny fake ImageNet; the bundled metadata files;
-what the builders' entry points load."""
+"""ImageNet builder and XML -> CSV boxes on a tiny fake ImageNet; what both builders share (on
+the ImageNet one); the bundled metadata files; what the builders' entry points load."""
 
 import io
 import json
 import os
+import struct
 import subprocess
 import sys
 import unittest
+import warnings
+import zlib
+from unittest import mock
 
+import numpy as np
 import tensorflow as tf
+from PIL import ExifTags
 from PIL import Image
+from PIL import ImageFile
 
+from common import image_limits
 from data import bounding_boxes
+from data import image_convert
 from data import imagenet
+from data import output_directory
 from data import shard_writer
 from data import tfrecord_format
 from inception import input_pipeline
@@ -41,10 +51,10 @@ def write_file(path, text):
     return path
 
 
-def save_jpeg(path, shade):
-    """A 40x30 RGB JPEG whose colour depends on `shade` (0..255)."""
+def save_jpeg(path, shade, size=(40, 30)):
+    """An RGB JPEG of `size` whose colour depends on `shade` (0..255)."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    Image.new("RGB", (40, 30), (shade, 255 - shade, 90)).save(path, format="JPEG")
+    Image.new("RGB", size, (shade, 255 - shade, 90)).save(path, format="JPEG")
 
 
 def make_fake_imagenet(root):
@@ -64,13 +74,26 @@ def make_fake_imagenet(root):
         bounding_box_file=write_file(os.path.join(root, "boxes.csv"), BOX_CSV))
 
 
-def build(output_dir, paths, **overrides):
-    """Runs the ImageNet builder quietly on the fake tree `paths`; returns [SplitResult]."""
+def build(output_dir, paths, log=lambda line: None, **overrides):
+    """Runs the ImageNet builder on the fake tree `paths`, lines to `log`; [SplitResult]."""
     values = dict(paths, output_dir=output_dir, train_shards=2, validation_shards=1,
                   num_threads=1)
     values.update(overrides)
-    return imagenet.build_imagenet(imagenet.ImageNetBuildOptions(**values),
-                                   log=lambda line: None, progress_stream=io.StringIO())
+    return imagenet.build_imagenet(imagenet.ImageNetBuildOptions(**values), log=log,
+                                   progress_stream=io.StringIO())
+
+
+def save_huge_png(path, width, height):
+    """A black 1-bit PNG of width x height pixels: kilobytes on disk, gigabytes decoded."""
+    compressor = zlib.compressobj()
+    row = bytes(1 + (width + 7) // 8)  # the filter byte, then 8 pixels a byte
+    chunks = [(b"IHDR", struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)),
+              (b"IDAT", b"".join(compressor.compress(row) for _ in range(height))
+               + compressor.flush()), (b"IEND", b"")]
+    with open(path, "wb") as handle:
+        handle.write(b"\x89PNG\r\n\x1a\n" + b"".join(
+            struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+            for kind, body in chunks))
 
 
 def read_examples(paths):
@@ -181,6 +204,86 @@ class ImageNetBadInputTest(unittest.TestCase):
         self.assert_refused(r"boxes.csv line 1 is not `filename,xmin,ymin,xmax,ymax`")
 
 
+class SharedWriterTest(unittest.TestCase):
+    """Other splits' labels, stale partial files, EXIF orientation, the pixel limit."""
+
+    setUp = ImageNetBadInputTest.setUp  # a fresh fake ImageNet per test
+
+    def test_other_splits_are_compared_by_synset(self):
+        build(self.output_dir, self.paths, train_dir="")
+        os.remove(os.path.join(self.output_dir, "labels.txt"))
+        swapped = write_file(os.path.join(self.root, "s.txt"), "n01443537\nn01440764\nn01484850\n")
+        with self.assertRaisesRegex(shard_writer.BuildError, r"holds validation shards of "
+                                    r"another data set \(validation-00000-of-00001 has label "
+                                    r"([12]) = 'n0144\d+', this build's label \1 is 'n0144"):
+            build(self.output_dir, self.paths, validation_dir="", synsets_file=swapped)
+        build(self.output_dir, self.paths, validation_dir="")  # texts differ, synsets agree
+
+    def test_stale_partial_files_are_removed_and_others_kept(self):
+        dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        host = output_directory.temporary_shard_path("x")[len("x.partial-"):].rsplit("-", 1)[0]
+        stale = [f"train-00000-of-00002.partial-{dead}",
+                 f"validation-00003-of-00004.partial-{host}-{dead}"]
+        kept = [f"train-00001-of-00002.partial-{os.getpid()}",  # a build still running
+                f"train-00000-of-00002.partial-other-machine-{dead}", f"notes.partial-{dead}",
+                f"train-00000-of-00002.partial-{dead}.bak", "train-00000-of-00002.partial-x"]
+        for name in stale + kept:
+            write_file(os.path.join(self.output_dir, name), "half a shard")
+        os.makedirs(os.path.join(self.paths["validation_dir"], "extra"))
+        lines = []
+        build(self.output_dir, self.paths, log=lines.append)
+        self.assertEqual(sorted(name for name in os.listdir(self.output_dir)
+                                if ".partial-" in name), sorted(kept))
+        self.assertIn(f"removed 2 partial shard file(s) left in {self.output_dir} by builds "
+                      "that were killed; kept 2 of builds still running or on other machines "
+                      "(delete those by hand once no build writes there)", lines)
+        self.assertIn("extra", [line.rsplit(": ", 1)[-1] for line in lines if "flat" in line])
+
+    def test_exif_rotation_is_applied_to_pixels_size_and_boxes(self):
+        pixels = np.zeros((20, 40, 3), np.uint8)  # stored wider than tall: red left, blue right
+        pixels[:, :20], pixels[:, 20:] = (220, 20, 20), (20, 20, 220)
+        for name, orientation in (("n01440764_1", 6), ("n01440764_2", 1)):  # 6: turn 90° right
+            exif = Image.Exif()
+            exif[ExifTags.Base.Orientation] = orientation
+            Image.fromarray(pixels).save(os.path.join(self.paths["train_dir"], "n01440764",
+                                                      f"{name}.JPEG"), exif=exif, quality=95)
+        build(self.output_dir, self.paths)
+        train = read_examples(tfrecord_format.list_shards(self.output_dir, "train"))
+        portrait = train["n01440764_1.JPEG"]
+        encoded = portrait["image/encoded"].bytes_list.value[0]
+        upright = tf.io.decode_jpeg(encoded).numpy().astype(float)
+        self.assertEqual([portrait[f"image/{key}"].int64_list.value for key in ("height", "width")]
+                         + [upright.shape], [[40], [20], (40, 20, 3)])
+        np.testing.assert_allclose(upright[:18].mean(axis=(0, 1)), (220, 20, 20), atol=12)
+        np.testing.assert_allclose(upright[22:].mean(axis=(0, 1)), (20, 20, 220), atol=12)
+        self.assertNotIn(ExifTags.Base.Orientation, Image.open(io.BytesIO(encoded)).getexif())
+        self.assertEqual(boxes_of(portrait), [(0.4, 0.1, 0.8, 0.5), (0.1, 0.0, 0.7, 1.0)])
+        for name in ("n01440764_2.JPEG", "n01443537_1.JPEG"):  # upright tag, no tag: unchanged
+            with open(os.path.join(self.paths["train_dir"], name[:9], name), "rb") as handle:
+                self.assertEqual(train[name]["image/encoded"].bytes_list.value[0], handle.read())
+
+    def test_oversized_images_are_refused_from_the_header_before_decoding(self):
+        huge = os.path.join(self.paths["train_dir"], "n01443537", "huge.png")
+        save_huge_png(huge, 20000, 20000)  # 400 megapixels: above twice Pillow's own limit
+        loaded, load = [], ImageFile.ImageFile.load
+        with mock.patch.object(Image, "MAX_IMAGE_PIXELS", image_limits.MAX_IMAGE_PIXELS), \
+                mock.patch.object(ImageFile.ImageFile, "load", lambda image: (
+                    loaded.append(image.size), load(image))[1]), \
+                warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            results = build(self.output_dir, self.paths)
+            save_huge_png(huge, 12000, 12000)  # 144 megapixels: Pillow alone would warn
+            with open(huge, "rb") as handle, self.assertRaisesRegex(
+                    image_convert.UndecodableImageError, r"^the image is 12000 x 12000 pixels"):
+                image_convert.to_rgb_jpeg(handle.read())
+        self.assertEqual((results[0].written, results[0].skipped), (6, ((huge, image_limits.
+                         too_large_message(20000, 20000, image_limits.MAX_IMAGE_PIXELS)),)))
+        self.assertIn((40, 30), loaded)
+        self.assertFalse({(20000, 20000), (12000, 12000)} & set(loaded), loaded)
+        self.assertFalse([w for w in caught if w.category is Image.DecompressionBombWarning])
+
+
 ANNOTATION = """<annotation>
   <folder>{synset}</folder><filename>{name}</filename>
   <size><width>200</width><height>100</height><depth>3</depth></size>
@@ -233,6 +336,7 @@ class ProcessBoundingBoxesTest(unittest.TestCase):
             self.assertEqual(result.returncode, 0, result.stderr[-3000:])
             return result
 
+        save_jpeg(os.path.join(root, "train", "n01440764", "n01440764_2.JPEG"), 0, (80, 60))
         run("data.process_bounding_boxes", "--annotations_directory=bbox",
             "--output_file=xml_boxes.csv")
         result = run("data.build_imagenet_data", "--train_directory=train",
@@ -241,8 +345,9 @@ class ProcessBoundingBoxesTest(unittest.TestCase):
                      f"--labels_file={paths['synsets_file']}",
                      f"--imagenet_metadata_file={paths['metadata_file']}",
                      "--bounding_box_file=xml_boxes.csv", "--train_shards=2",
-                     "--validation_shards=2", "--num_threads=2")
+                     "--validation_shards=2", "--num_threads=2", "--max_image_pixels=1200")
         self.assertIn("train: 1 of 6 images have bounding boxes", result.stdout)
+        self.assertIn(image_limits.too_large_message(80, 60, 1200), result.stdout)  # 40 x 30 pass
         train = read_examples(tfrecord_format.list_shards(os.path.join(root, "out"), "train"))
         self.assertEqual(boxes_of(train["n01484850_2.JPEG"]), [(0.5, 0.25, 1.0, 0.75)])
 

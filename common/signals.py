@@ -1,0 +1,107 @@
+"""SIGINT and SIGTERM in every phase of a command: one line, the documented exit status (130 /
+143), and a second signal always stops at once.
+
+`handle_signals()`, called first by every entry point, makes the first signal raise
+`Interrupted` in the main thread wherever it is (importing TensorFlow, building a graph,
+writing a file: `finally` blocks and atomic writes clean up on the way out) and ends the process
+with one line, unless a phase handles signals itself (the training loop and the evaluation
+watch stop at their next safe point: inception/stop_request.py).
+
+The second signal must work even while the main thread sits in one long TensorFlow call:
+Python runs its signal handlers only between bytecodes of the main thread, so two signals
+that both arrive during one call reach the handler once, and the second would be lost. Every
+signal is also written to a wakeup pipe by the interpreter's C handler the moment it arrives;
+a watcher thread counts them there and ends the process at the second.
+"""
+
+import os
+import signal
+import sys
+import threading
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Interrupted(KeyboardInterrupt):
+    """The first SIGINT or SIGTERM of a phase that does not handle signals itself;
+    `signal_number` says which (exit status 128 + it)."""
+
+    def __init__(self, signal_number):
+        super().__init__(signal.Signals(signal_number).name)
+        self.signal_number = signal_number
+
+    @property
+    def exit_status(self):
+        """130 for SIGINT, 143 for SIGTERM."""
+        return 128 + self.signal_number
+
+
+class _Watcher:
+    """Counts SIGINT/SIGTERM from the wakeup pipe; the second of a phase ends the process."""
+
+    def __init__(self):
+        self.count = 0
+        self._lock = threading.Lock()
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(write_fd, False)  # the C handler must never block on a full pipe
+        signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        threading.Thread(target=self._watch, args=(read_fd,), name="signal-watcher",
+                         daemon=True).start()
+
+    def _watch(self, read_fd):
+        while True:
+            for number in os.read(read_fd, 64):
+                if number in SIGNALS:
+                    self._count(number)
+
+    def _count(self, number):
+        with self._lock:
+            self.count += 1
+            if self.count < 2:
+                return
+        os.write(2, f"{signal.Signals(number).name} received again: stopping at once; files "
+                    "already written stay valid (rerun the same command to go on).\n".encode())
+        os._exit(128 + number)  # pylint: disable=protected-access
+
+    def reset(self):
+        with self._lock:
+            self.count = 0
+
+
+_WATCHER = None
+
+
+def handle_signals():
+    """Installs the behaviour of the module docstring; call from the main thread, first thing
+    in an entry point. Safe to call again."""
+    global _WATCHER  # pylint: disable=global-statement
+    if _WATCHER is not None or threading.current_thread() is not threading.main_thread():
+        return
+    for number in SIGNALS:
+        signal.signal(number, raise_interrupted)
+    _WATCHER = _Watcher()
+    previous_hook = sys.excepthook
+
+    def one_line_on_interrupt(kind, value, trace):
+        if not isinstance(value, Interrupted):
+            previous_hook(kind, value, trace)
+            return
+        sys.stdout.flush()
+        print(f"error: stopped by {value}; files already written stay valid and nothing was "
+              "left half-written (rerun the same command to go on).", file=sys.stderr,
+              flush=True)
+        os._exit(value.exit_status)  # pylint: disable=protected-access
+    sys.excepthook = one_line_on_interrupt
+
+
+def raise_interrupted(number, frame):
+    """The signal handler outside phases that handle signals themselves."""
+    del frame
+    raise Interrupted(number)
+
+
+def new_phase():
+    """A phase that handles the first signal itself begins: count signals afresh, so that the
+    second one of this phase (not one from before it) stops at once."""
+    if _WATCHER is not None:
+        _WATCHER.reset()

@@ -50,3 +50,21 @@ def _file_operations(path):
     return (lambda name: tf.io.gfile.GFile(name, "w"),
             lambda source, target: tf.io.gfile.rename(source, target, overwrite=True),
             tf.io.gfile.remove, (tf.errors.OpError,))
+
+
+def ensure_writable_directory(path):
+    """Creates the directory `path` if missing and checks that a file can be written in it (a
+    probe file, removed at once), so a tool fails before its long work, not after. Raises
+    OSError (a tf.errors.OpError for a URL path) when it cannot."""
+    probe = os.path.join(path, f".write-test-{os.getpid()}-{threading.get_ident()}")
+    if is_url(path):
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        tf.io.gfile.makedirs(path)
+        with tf.io.gfile.GFile(probe, "w") as handle:
+            handle.write("")
+        tf.io.gfile.remove(probe)
+        return
+    os.makedirs(path, exist_ok=True)
+    with open(probe, "w", encoding="utf-8"):
+        pass
+    os.remove(probe)

@@ -7,9 +7,11 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from inception import checkpoints
+from common import image_limits
 from inception import errors
 from inception import exporter
+from inception import image_processing
+from inception import run_directory
 
 tf1 = tf.compat.v1
 
@@ -60,30 +62,33 @@ def saved_model_version(path):
     return os.path.join(path, str(max(versions))) if versions else None
 
 
-def open_model(path, log=print):
+def open_model(path, log=print, max_pixels=image_limits.MAX_IMAGE_PIXELS):
     """callable(list of encoded images) -> {output name: NumPy array} for `--model=path`.
 
     `path` is an export (a version directory or the directory of versions) or a training
-    directory; raises ModelSourceError / ExportError / CheckpointError when it is neither."""
+    directory; raises ModelSourceError / ExportError / CheckpointError when it is neither.
+    Images of more than `max_pixels` pixels fail before decoding; an export keeps the limit
+    it was exported with instead."""
     version_dir = saved_model_version(path)
     if version_dir is not None:
         log(f"loading the SavedModel {version_dir}...")
         signature = tf.saved_model.load(version_dir).signatures[exporter.SERVING_SIGNATURE]
         return lambda encoded: {name: value.numpy() for name, value in signature(
             **{exporter.BYTES_INPUT: tf.constant(encoded, tf.string)}).items()}
-    if tf.io.gfile.exists(os.path.join(path, checkpoints.SETTINGS_FILE)):
-        return _checkpoint_model(path, log)
+    if tf.io.gfile.exists(os.path.join(path, run_directory.SETTINGS_FILE)):
+        return _checkpoint_model(path, log, max_pixels)
     raise ModelSourceError(f"--model={path} is neither an export (a directory with "
                            f"{exporter.SAVED_MODEL_FILE} or numbered versions of one) nor a "
-                           f"training directory (with {checkpoints.SETTINGS_FILE}).")
+                           f"training directory (with {run_directory.SETTINGS_FILE}).")
 
 
-def _checkpoint_model(train_dir, log):
-    stored = exporter.read_training_run(train_dir)
-    checkpoint_path = exporter.newest_checkpoint(train_dir)
+def _checkpoint_model(train_dir, log, max_pixels):
+    directory = run_directory.RunDirectory(train_dir)
+    stored = directory.require_settings()
+    checkpoint_path = directory.require_checkpoint(log)
     log(f"loading {checkpoint_path}...")
-    serving_graph = exporter.build_serving_graph(stored.model,
-                                                 exporter.stored_label_names(stored, log))
+    serving_graph = exporter.build_serving_graph(
+        stored.model, directory.label_names(stored.data.data_dir, log), max_pixels=max_pixels)
     serving_graph.graph.finalize()
     session = tf1.Session(graph=serving_graph.graph)
     exporter.restore(session, serving_graph, checkpoint_path)
@@ -110,8 +115,9 @@ def image_files(paths):
 def classify_files(predict, paths, batch_size=16, on_batch=None):
     """Yields a Prediction per file of `paths`, in order.
 
-    Files are read and classified `batch_size` at a time; when a batch fails (an unreadable or
-    non-image file), its files are retried one by one so only the bad ones report an error.
+    Files are read and classified `batch_size` at a time; when a batch fails (an unreadable,
+    non-image or too large file), its files are retried one by one so only the bad ones report
+    an error.
     on_batch(count) is called after each batch (a progress bar)."""
     for start in range(0, len(paths), batch_size):
         chunk = paths[start:start + batch_size]
@@ -155,4 +161,8 @@ def _text(value):
 
 def _image_error(error):
     cause = errors.root_cause(error.message)
+    if cause.startswith(image_processing.TOO_LARGE_START):
+        return cause
+    if cause == image_processing.UNKNOWN_FORMAT:
+        cause = image_processing.NOT_AN_IMAGE_REASON
     return f"not a readable JPEG, PNG, GIF or BMP image ({cause})"

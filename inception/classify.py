@@ -2,8 +2,9 @@
 
 --model is an export of //inception:export (its directory of versions or one version) or a
 training directory (its newest checkpoint is loaded in memory). Prints the top classes of each
-image; with --output_json also writes them as JSON lines. An image that cannot be read is
-reported and the rest are still classified; the exit status is then 1.
+image; with --output_json also writes them as JSON lines. An image that cannot be read, or has
+more pixels than the limit (read from its header, before decoding), is reported and the rest
+are still classified; the exit status is then 1.
 """
 
 import json
@@ -13,6 +14,7 @@ import sys
 from absl import app
 from absl import flags
 
+from common import image_limits
 from inception import cli
 
 FLAGS = flags.FLAGS
@@ -21,6 +23,11 @@ flags.DEFINE_string("model", "", "An export directory (of //inception:export) or
                     "directory (required).")
 flags.DEFINE_string("output_json", "", "Also write one JSON line per image to this file.")
 flags.DEFINE_integer("batch_size", 16, "Images classified together.")
+flags.DEFINE_integer("max_image_pixels", image_limits.MAX_IMAGE_PIXELS,
+                     "Refuse images of more pixels (width x height, read from the file's "
+                     "header before decoding) when --model is a training directory; an export "
+                     "keeps the limit it was exported with (//inception:export "
+                     "--max_image_pixels).")
 
 PROGRESS_AFTER = 36  # more images than this get a progress bar
 
@@ -34,8 +41,22 @@ def check_flags(argv):
         cli.fail("name the images to classify: files or folders after the flags.", 2)
     if FLAGS.batch_size < 1:
         cli.fail(f"--batch_size={FLAGS.batch_size} must be at least 1.", 2)
+    if FLAGS.max_image_pixels < 1:
+        cli.fail(f"--max_image_pixels={FLAGS.max_image_pixels} must be at least 1 (default "
+                 f"{image_limits.MAX_IMAGE_PIXELS}).", 2)
     return (cli.user_path(FLAGS.model), [cli.user_path(path) for path in argv[1:]],
             cli.user_path(FLAGS.output_json))
+
+
+def open_output(output_json):
+    """The --output_json file opened for writing (the null device without one); one line and
+    exit 1 when it cannot be written."""
+    try:
+        # Closed by main's `with`; opened here so a bad path fails before the model loads.
+        return open(output_json or os.devnull, "w", encoding="utf-8")  # noqa: SIM115
+    except OSError as error:
+        return cli.fail(f"cannot write --output_json={output_json} ({error.strerror or error}); "
+                        "pass a file in a directory you can write.")
 
 
 def main(argv):
@@ -48,13 +69,18 @@ def main(argv):
         print(f"error: {path} does not exist", file=sys.stderr, flush=True)
     if not files:
         cli.fail("no image files found in " + ", ".join(paths))
+    if FLAGS["max_image_pixels"].present and classifier.saved_model_version(model_path):
+        cli.log("note: --max_image_pixels is for a training directory; this export refuses "
+                "images over the limit it was exported with.")
+    json_file = open_output(output_json)
     try:
-        predict = classifier.open_model(model_path, log=cli.log)
+        predict = classifier.open_model(model_path, log=cli.log,
+                                        max_pixels=FLAGS.max_image_pixels)
     except ValueError as error:
         cli.fail(error)
     progress = ProgressBar(len(files), "images") if len(files) > PROGRESS_AFTER else None
     failed = len(missing)
-    with open(output_json or os.devnull, "w", encoding="utf-8") as json_file:
+    with json_file:
         for prediction in classifier.classify_files(
                 predict, files, FLAGS.batch_size, progress.update if progress else None):
             if progress:

@@ -2,12 +2,13 @@
 the like work unchanged) plus XLA on CPUs and a quiet start-up that also loads tf-slim."""
 
 import os
+import sys
 
 from common import cli as common_cli
 from common.cli import fail, log, parse_flags, user_path
 
-__all__ = ["CPU_XLA_FLAG", "allow_xla_on_cpu", "fail", "log", "parse_flags", "quiet_tensorflow",
-           "user_path"]
+__all__ = ["CPU_XLA_FLAG", "allow_xla_on_cpu", "fail", "file_errors", "log", "parse_flags",
+           "quiet_tensorflow", "user_path"]
 
 CPU_XLA_FLAG = "--tf_xla_cpu_global_jit"
 
@@ -31,3 +32,15 @@ def quiet_tensorflow():
     common_cli.quiet_tensorflow()
     with common_cli.native_stderr_held_back():
         from inception import compat  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+
+
+def file_errors():
+    """The exception types of a failed file-system operation, for `except cli.file_errors()`:
+    OSError, and TensorFlow's own once TensorFlow is loaded (its file systems raise those)."""
+    tf = sys.modules.get("tensorflow")
+    if tf is None:
+        return (OSError,)
+    kinds = tf.errors
+    return (OSError, kinds.PermissionDeniedError, kinds.NotFoundError,
+            kinds.ResourceExhaustedError, kinds.FailedPreconditionError, kinds.UnimplementedError,
+            kinds.AlreadyExistsError, kinds.DataLossError)

@@ -70,25 +70,35 @@ class ClusterSettings:
         return (f"{self.job_name} task {self.task_id}{role} at {self.address}; cluster of "
                 f"{len(self.ps_hosts)} parameter server(s) and {self.num_workers} worker(s)")
 
-    def validate(self):
-        """Raises ClusterConfigError for a cluster that cannot work; returns self."""
+    def validate(self, from_tf_config=frozenset()):
+        """Raises ClusterConfigError for a cluster that cannot work; returns self. Settings
+        named in `from_tf_config` came from TF_CONFIG, and the message says so."""
+        def name(field, job=None):
+            if field == "hosts":
+                field = f"{job}_hosts"
+            if field in from_tf_config:
+                return TF_CONFIG_NAMES[field]
+            return f"--{field}"
+
         if self.job_name not in JOBS:
-            raise ClusterConfigError(f"--job_name={self.job_name!r}: use ps or worker.")
+            raise ClusterConfigError(f"{name('job_name')}={self.job_name!r}: use ps or worker.")
         for job in JOBS:
             if not self.hosts(job):
-                raise ClusterConfigError(f"--{job}_hosts is empty; list every {job} task as "
-                                         "host:port, comma-separated.")
+                raise ClusterConfigError(f"{name('hosts', job)} is empty; list every {job} task "
+                                         "as host:port, comma-separated.")
             for address in self.hosts(job):
                 split_address(address)
         everyone = self.ps_hosts + self.worker_hosts
         duplicates = sorted({a for a in everyone if everyone.count(a) > 1})
         if duplicates:
-            raise ClusterConfigError(f"{', '.join(duplicates)} appears more than once in "
-                                     "--ps_hosts/--worker_hosts; give every task its own port.")
+            raise ClusterConfigError(
+                f"{', '.join(duplicates)} appears more than once in {name('ps_hosts')}/"
+                f"{name('worker_hosts')}; give every task its own port.")
         count = len(self.hosts(self.job_name))
         if not 0 <= self.task_id < count:
-            raise ClusterConfigError(f"--task_id={self.task_id} but --{self.job_name}_hosts "
-                                     f"lists {count} task(s); use 0 to {count - 1}.")
+            raise ClusterConfigError(
+                f"{name('task_id')}={self.task_id} but {name('hosts', self.job_name)} lists "
+                f"{count} task(s); use 0 to {count - 1}.")
         aggregate = self.num_replicas_to_aggregate
         if aggregate is not None and not 1 <= aggregate <= self.num_workers:
             raise ClusterConfigError(
@@ -101,6 +111,12 @@ class ClusterSettings:
         return self
 
 
+# How a message names a setting that came from TF_CONFIG (a worker index counts the chief).
+TF_CONFIG_NAMES = {"job_name": "TF_CONFIG's task type", "task_id": "TF_CONFIG's task index",
+                   "ps_hosts": "TF_CONFIG's ps list",
+                   "worker_hosts": "TF_CONFIG's chief and worker list"}
+
+
 def cluster_settings(job_name, task_id, ps_hosts, worker_hosts, num_replicas_to_aggregate=None,
                      startup_timeout_secs=600.0, step_timeout_secs=600.0, tf_config=""):
     """Validated ClusterSettings, or None when neither a cluster flag nor `tf_config` (the
@@ -110,10 +126,16 @@ def cluster_settings(job_name, task_id, ps_hosts, worker_hosts, num_replicas_to_
     """
     ps_hosts, worker_hosts = tuple(ps_hosts or ()), tuple(worker_hosts or ())
     from_env = parse_tf_config(tf_config) if tf_config.strip() else None
+    taken = set()
+    if from_env is not None and from_env.single_task and not job_name:
+        from_env = None  # a one-task job (e.g. a single-replica Vertex AI job): one machine
     if from_env is not None:
         check_against_flags(from_env, job_name, task_id, ps_hosts, worker_hosts)
         if not job_name:
             job_name, task_id = from_env.job_name, from_env.task_id
+            taken |= {"job_name", "task_id"}
+        taken |= {name for name, given in (("ps_hosts", ps_hosts),
+                                           ("worker_hosts", worker_hosts)) if not given}
         ps_hosts = ps_hosts or from_env.ps_hosts
         worker_hosts = worker_hosts or from_env.worker_hosts
     if not job_name:
@@ -124,16 +146,18 @@ def cluster_settings(job_name, task_id, ps_hosts, worker_hosts, num_replicas_to_
     if num_replicas_to_aggregate is not None and num_replicas_to_aggregate <= 0:
         num_replicas_to_aggregate = None
     return ClusterSettings(job_name, task_id, ps_hosts, worker_hosts, num_replicas_to_aggregate,
-                           startup_timeout_secs, step_timeout_secs).validate()
+                           startup_timeout_secs, step_timeout_secs).validate(frozenset(taken))
 
 
 @dataclasses.dataclass(frozen=True)
 class TaskFromEnvironment:
-    """The task and cluster TF_CONFIG describes, in this trainer's terms."""
+    """The task and cluster TF_CONFIG describes, in this trainer's terms. single_task: the
+    cluster is this one chief (or worker) task alone, as single-replica jobs describe it."""
     job_name: str
     task_id: int
     ps_hosts: tuple
     worker_hosts: tuple
+    single_task: bool = False
 
 
 def parse_tf_config(text):
@@ -148,8 +172,8 @@ def parse_tf_config(text):
         kind, index = task.get("type", ""), int(task.get("index", 0))
     except (ValueError, AttributeError, TypeError) as error:
         raise ClusterConfigError(f"TF_CONFIG is not the JSON schedulers write ({error}); fix or "
-                                 "unset it, or pass --job_name/--task_id/--ps_hosts/"
-                                 "--worker_hosts.") from None
+                                 "unset it (to train on this machine alone), or pass "
+                                 "--job_name/--task_id/--ps_hosts/--worker_hosts.") from None
     if kind in ("chief", "master"):
         kind = "worker"
     elif kind == "worker":
@@ -157,9 +181,12 @@ def parse_tf_config(text):
     elif kind != "ps":
         raise ClusterConfigError(f"TF_CONFIG names a task of type {kind!r}; this trainer runs ps "
                                  "and worker (or chief) tasks (evaluate with //inception:eval).")
+    if not ps_hosts and len(workers) == 1 and kind == "worker":
+        return TaskFromEnvironment(kind, index, ps_hosts, workers, single_task=True)
     if not ps_hosts:
         raise ClusterConfigError("TF_CONFIG lists no ps tasks; this trainer keeps the variables "
-                                 "on parameter servers, so the cluster needs at least one.")
+                                 "on parameter servers, so a cluster needs at least one (to "
+                                 "train on this machine alone, unset TF_CONFIG).")
     return TaskFromEnvironment(kind, index, ps_hosts, workers)
 
 

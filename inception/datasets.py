@@ -150,6 +150,9 @@ def resolve_dataset(name, data_dir, num_labels=None, log=print):
     if not tf.io.gfile.isdir(data_dir):
         raise DataError(f"--data_dir={data_dir} does not exist; pass the directory that holds "
                         "the train-*/validation-* shards.")
+    if name == "custom" and not any(tfrecord_format.list_shards(data_dir, subset)
+                                    for subset in ("train", "validation")):
+        raise DataError(_no_shards_message(data_dir))
     label_names = _read_labels(data_dir)
     known = KNOWN_DATASETS.get(name)
     num_labels = num_labels or _label_count(name, data_dir, label_names, known)
@@ -172,6 +175,26 @@ def _label_count(name, data_dir, label_names, known):
         return len(demo_data.CLASS_NAMES)
     raise DataError(f"{data_dir} has no {tfrecord_format.LABELS_FILE}; pass "
                     "--num_classes=<number of labels> or --dataset=imagenet|flowers.")
+
+
+def _no_shards_message(data_dir):
+    """What to do with a --data_dir that holds no shards: empty, a folder of images, or other."""
+    entries = tf.io.gfile.listdir(data_dir)
+    command = "`bin/bazel run //data:build_image_data -- --train_directory=<folder>/train " \
+              "--validation_directory=<folder>/validation --output_directory=<shards>`"
+    folders = [name.rstrip("/") for name in entries
+               if tf.io.gfile.isdir(os.path.join(data_dir, name))]
+    if not entries:
+        return (f"--data_dir={data_dir} is empty: no train-*-of-* or validation-*-of-* shards; "
+                f"build them from a folder of images with {command}, then pass that "
+                "--output_directory as --data_dir.")
+    if folders:
+        return (f"--data_dir={data_dir} holds folders ({', '.join(sorted(folders)[:3])}"
+                f"{', ...' if len(folders) > 3 else ''}), not TFRecord shards; if they are "
+                f"images, build shards from them with {command}, then pass that "
+                "--output_directory as --data_dir.")
+    return (f"--data_dir={data_dir} holds no train-*-of-* or validation-*-of-* shards; pass the "
+            f"directory of your shards, or build them from a folder of images with {command}.")
 
 
 def _read_labels(data_dir):

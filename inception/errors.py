@@ -17,10 +17,10 @@ _ASSERTION = re.compile(r"assertion failed: \[(.*)\]")
 _PATH_PREFIX = re.compile(r"^\S*/\S*; ")  # "<path>.tempstate123; No space left on device"
 
 
-def root_cause(message):
+def root_cause(message, keep_path=False):
     """The cause in a few words: the last line that does not say where, without tf.data's
-    prefix, an assertion's brackets or the file path in front of `path; cause`; the first
-    line when nothing better is found."""
+    prefix, an assertion's brackets or (unless `keep_path`) the file path in front of
+    `path; cause`; the first line when nothing better is found."""
     lines = [line.strip() for line in str(message).splitlines()]
     causes = [line for line in lines if line and not _WHERE.match(line)]
     first_root = [line for line in causes if line.startswith("(0) ")]
@@ -29,4 +29,15 @@ def root_cause(message):
     asserted = _ASSERTION.search(cause)
     if asserted:
         cause = asserted.group(1).replace('\\"', '"')
-    return _PATH_PREFIX.sub("", cause)
+    return cause if keep_path else _PATH_PREFIX.sub("", cause)
+
+
+def file_error_cause(error):
+    """What an OSError or a TensorFlow file-system error says, with the path it concerns, in
+    one line (e.g. "/data/run/model.ckpt-5.index; Read-only file system")."""
+    message = getattr(error, "message", None)
+    if message is not None:
+        return root_cause(message, keep_path=True)
+    if getattr(error, "filename", None):
+        return f"{error.filename}: {error.strerror or error}"
+    return str(error)

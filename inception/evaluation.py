@@ -3,14 +3,18 @@ subset's shards, then one checkpoint (`run_once`) or every new one as it appears
 
 import dataclasses
 import os
+import time
 
 import tensorflow as tf
 
 from inception import checkpoints
 from inception import datasets
 from inception import devices
+from inception import errors
 from inception import evaluator
 from inception import input_pipeline
+from inception.run_directory import SETTINGS_FILE
+from inception.run_directory import RunDirectory
 from inception.settings import EvalSettings  # noqa: F401  (callers build jobs from it)
 from inception.stop_request import StopRequest
 
@@ -25,15 +29,7 @@ def default_eval_dir(checkpoint_dir, subset):
 def resolve_settings(job, log=print):
     """(ModelSettings, Dataset) from the checkpoint directory, with the overrides of the
     EvalSettings `job`."""
-    stored = checkpoints.read_stored_run(job.checkpoint_dir)
-    if stored is None:
-        if not tf.io.gfile.isdir(job.checkpoint_dir):
-            raise checkpoints.CheckpointError(
-                f"--checkpoint_dir={job.checkpoint_dir} does not exist; pass the --train_dir "
-                "of a training run.")
-        raise checkpoints.CheckpointError(
-            f"{job.checkpoint_dir} has no {checkpoints.SETTINGS_FILE}; it is not a training "
-            "directory of this trainer (or training has not started yet).")
+    stored = RunDirectory(job.checkpoint_dir).require_settings()
     settings = stored.model
     overrides = {name: getattr(job, name) for name in ("image_size", "depth_multiplier")
                  if getattr(job, name) is not None}
@@ -45,24 +41,75 @@ def resolve_settings(job, log=print):
     return settings, dataset
 
 
+def wait_for_settings(job, stop, log=print, sleep=time.sleep):
+    """Watching a run that has only just started: waits until its settings file exists (its
+    first moments, before it wrote one), `job.timeout_secs` passed (then the error says so) or
+    a stop was requested; returns whether the file is there."""
+    directory = RunDirectory(job.checkpoint_dir)
+    path = directory.file(SETTINGS_FILE)
+    started = time.time()
+    if tf.io.gfile.exists(path):
+        return True
+    missing = "" if directory.exists() else "; the directory does not exist yet: check the path"
+    log(f"waiting for training to write {path} (every {job.eval_interval_secs:g} s{missing})...")
+    while not stop.requested:
+        if tf.io.gfile.exists(path):
+            return True
+        if job.timeout_secs and time.time() - started >= job.timeout_secs:
+            raise checkpoints.CheckpointError(
+                f"{job.checkpoint_dir} has no {SETTINGS_FILE} after {job.timeout_secs:g} s; is "
+                "training running with --train_dir there?")
+        evaluator.wait(job.eval_interval_secs, stop, sleep)
+    return False
+
+
+class EvalDirError(ValueError):
+    """The summaries cannot be written where they would go; the message says what to pass."""
+
+
+def open_summary_writer(eval_dir, graph):
+    """A FileWriter on `eval_dir` (created), checked before any evaluation work; EvalDirError
+    (one line, suggesting --eval_dir) when the directory cannot be written, e.g. a run on a
+    read-only share whose default eval_dir lies inside it."""
+    try:
+        tf.io.gfile.makedirs(eval_dir)
+        with graph.as_default():  # v1 FileWriter refuses to start in eager mode
+            writer = tf1.summary.FileWriter(eval_dir)
+        writer.flush()
+        return writer
+    except (tf.errors.OpError, OSError) as error:
+        reason = errors.root_cause(getattr(error, "message", None) or str(error))
+        raise EvalDirError(f"cannot write evaluation summaries to {eval_dir} ({reason}); pass "
+                           "--eval_dir=<a directory you can write>.") from None
+
+
 def run_evaluation(job, log=print, logits_fn=None):
     """Evaluates as `job` says; returns the list of EvalResult (one per checkpoint)."""
     job.validate()
     # Memory growth before anything creates the GPU devices: evaluation shares the GPU with a
     # training run beside it.
     devices.configure_gpus(devices.plan_towers(None, devices.count_gpus()))
+    if job.run_once:
+        return _evaluate(job, None, log, logits_fn)
+    with StopRequest(log, "stopping after the current evaluation") as stop:
+        if not wait_for_settings(job, stop, log):
+            return []
+        return _evaluate(job, stop, log, logits_fn)
+
+
+def _evaluate(job, stop, log, logits_fn):
     settings, dataset = resolve_settings(job, log)
+    eval_dir = job.eval_dir or default_eval_dir(job.checkpoint_dir, job.subset)
     shards = dataset.shards(job.subset)
     expected = dataset.num_examples(job.subset, log)
     if job.num_examples:
         expected = min(expected, job.num_examples)
+    directory = RunDirectory(job.checkpoint_dir)
+    latest = directory.require_checkpoint(log) if job.run_once else None
     eval_graph = evaluator.build_eval_graph(shards, settings, job.batch_size,
                                             job.num_examples, job.strict_input,
                                             logits_fn=logits_fn)
-    eval_dir = job.eval_dir or default_eval_dir(job.checkpoint_dir, job.subset)
-    tf.io.gfile.makedirs(eval_dir)
-    with eval_graph.graph.as_default():  # v1 FileWriter refuses to start in eager mode
-        writer = tf1.summary.FileWriter(eval_dir)
+    writer = open_summary_writer(eval_dir, eval_graph.graph)
     results = []
     config = tf1.ConfigProto(allow_soft_placement=True)
     config.gpu_options.allow_growth = True
@@ -84,17 +131,10 @@ def run_evaluation(job, log=print, logits_fn=None):
 
     try:
         if job.run_once:
-            latest = checkpoints.latest_checkpoint(job.checkpoint_dir)
-            if latest is None:
-                raise checkpoints.CheckpointError(
-                    f"no checkpoint in {job.checkpoint_dir} yet; wait for training to save "
-                    "one, or drop --run_once to wait for it.")
             evaluate(latest)
         else:
-            with StopRequest(log, "stopping after the current evaluation") as stop:
-                evaluator.watch_checkpoints(job.checkpoint_dir, evaluate,
-                                            job.eval_interval_secs, job.timeout_secs,
-                                            stop, log)
+            evaluator.watch_checkpoints(job.checkpoint_dir, evaluate, job.eval_interval_secs,
+                                        job.timeout_secs, stop, log)
     finally:
         writer.close()
     log(f"eval summaries: {eval_dir}")

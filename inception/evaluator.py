@@ -14,9 +14,10 @@ import tensorflow as tf
 
 from common.progress import ProgressBar
 from inception import checkpoints
-from inception import errors
 from inception import input_pipeline
 from inception import model
+from inception.checkpoints import step_of
+from inception.run_directory import RunDirectory
 
 tf1 = tf.compat.v1
 
@@ -113,16 +114,10 @@ def evaluate_checkpoint(eval_graph, checkpoint_path, session_config=None, expect
                         show_progress=True):
     """Restores `checkpoint_path` and scores the whole subset once; returns EvalResult.
     Raises CheckpointError naming the checkpoint when it does not restore."""
-    checkpoints.check_restorable(checkpoint_path, eval_graph.restore_map)
     totals = np.zeros(4, dtype=np.float64)
     with tf1.Session(graph=eval_graph.graph, config=session_config) as session:
-        try:
-            eval_graph.saver.restore(session, checkpoint_path)
-        except tf.errors.OpError as error:
-            reason = errors.root_cause(error.message) or type(error).__name__
-            raise checkpoints.CheckpointError(
-                f"checkpoint {checkpoint_path} cannot be restored, it is damaged ({reason})"
-            ) from None
+        checkpoints.restore_or_explain(eval_graph.saver, session, checkpoint_path,
+                                       eval_graph.restore_map)
         progress = ProgressBar(expected_examples, "images") if show_progress else None
         session.run([eval_graph.local_initializer, eval_graph.input_initializer])
         fetches = [eval_graph.top1_correct, eval_graph.top5_correct, eval_graph.loss_sum,
@@ -142,7 +137,7 @@ def evaluate_checkpoint(eval_graph, checkpoint_path, session_config=None, expect
     if count == 0:
         raise checkpoints.CheckpointError("the evaluation subset yielded no examples; check "
                                           "--data_dir and --subset.")
-    return EvalResult(step=checkpoints.step_of(checkpoint_path),
+    return EvalResult(step=step_of(checkpoint_path),
                       precision_at_1=totals[0] / count, recall_at_5=totals[1] / count,
                       loss=totals[2] / count, num_examples=count, corrupt_records=corrupt)
 
@@ -167,17 +162,17 @@ def watch_checkpoints(checkpoint_dir, evaluate, interval_secs, timeout_secs=0, s
     rewrites after the files are complete) are read. Returns the number evaluated when
     `stop.requested` turns true, or when no new checkpoint appeared for `timeout_secs` (> 0).
     """
+    directory = RunDirectory(checkpoint_dir)
     last_step = -1
     evaluated = 0
     idle_since = time.time()
     waiting_logged = False
     while stop is None or not stop.requested:
-        pending = [path for path in checkpoints.all_checkpoints(checkpoint_dir)
-                   if checkpoints.step_of(path) > last_step]
-        for path in sorted(pending, key=checkpoints.step_of):
+        pending = [path for path in directory.listed() if step_of(path) > last_step]
+        for path in sorted(pending, key=step_of):
             if stop is not None and stop.requested:
                 break
-            last_step = checkpoints.step_of(path)
+            last_step = step_of(path)
             idle_since = time.time()
             if not tf.io.gfile.exists(path + ".index"):
                 log(f"{path} was deleted before it could be evaluated (training keeps only the "
@@ -198,11 +193,11 @@ def watch_checkpoints(checkpoint_dir, evaluate, interval_secs, timeout_secs=0, s
         if not waiting_logged:
             log(f"waiting for a new checkpoint in {checkpoint_dir} (every {interval_secs:g} s)...")
             waiting_logged = True
-        _wait(interval_secs, stop, sleep)
+        wait(interval_secs, stop, sleep)
     return evaluated
 
 
-def _wait(seconds, stop, sleep, slice_secs=0.5):
+def wait(seconds, stop, sleep, slice_secs=0.5):
     """Sleeps `seconds` in short slices, returning early once `stop.requested` (a signal arrived:
     Python resumes an interrupted sleep, so one long sleep would delay the stop)."""
     deadline = time.time() + seconds

@@ -2,7 +2,8 @@
 
 Exports the newest checkpoint of a training directory (or --checkpoint_path) into
 `<export_dir>/<global step>/`, TensorFlow Serving's layout; an existing version is never
-overwritten. The model settings and label names come from the training directory.
+overwritten. The model settings and label names come from the training directory; the pixel
+limit on the images it is sent (--max_image_pixels) is fixed in the SavedModel.
 """
 
 import os
@@ -10,6 +11,7 @@ import os
 from absl import app
 from absl import flags
 
+from common import image_limits
 from inception import cli
 
 FLAGS = flags.FLAGS
@@ -20,6 +22,10 @@ flags.DEFINE_string("checkpoint_path", "", "Export this checkpoint (a prefix suc
                     "<train_dir>/model.ckpt-1000) instead of the newest one.")
 flags.DEFINE_string("export_dir", "", "Where the versions of the SavedModel go (required).")
 flags.DEFINE_integer("top_k", 5, "How many classes each prediction returns.")
+flags.DEFINE_integer("max_image_pixels", image_limits.MAX_IMAGE_PIXELS,
+                     "The served model refuses images of more pixels (width x height, read "
+                     "from the file's header before decoding): that request fails with a "
+                     "message naming the image's size. Fixed in the SavedModel.")
 
 
 def check_flags():
@@ -29,6 +35,9 @@ def check_flags():
         cli.fail("--export_dir is required: the directory the SavedModel versions go to.", 2)
     if FLAGS.top_k < 1:
         cli.fail(f"--top_k={FLAGS.top_k} must be at least 1.", 2)
+    if FLAGS.max_image_pixels < 1:
+        cli.fail(f"--max_image_pixels={FLAGS.max_image_pixels} must be at least 1 (default "
+                 f"{image_limits.MAX_IMAGE_PIXELS}).", 2)
     export_dir = cli.user_path(FLAGS.export_dir)
     if os.path.exists(export_dir) and not os.path.isdir(export_dir):
         cli.fail(f"--export_dir={export_dir} is a file; pass a directory (new or one that "
@@ -45,11 +54,14 @@ def main(argv):
     from inception import exporter  # pylint: disable=import-outside-toplevel
     try:
         version_dir = exporter.export_training_run(checkpoint_dir, export_dir, checkpoint_path,
-                                                   FLAGS.top_k, log=cli.log)
+                                                   FLAGS.top_k, log=cli.log,
+                                                   max_pixels=FLAGS.max_image_pixels)
     except ValueError as error:
         cli.fail(error)
     cli.log(f"SavedModel written to {version_dir} (signatures: serving_default on encoded "
-            "images, predict_images on preprocessed ones)")
+            "images, refusing those over "
+            f"{image_limits.describe_limit(FLAGS.max_image_pixels)}; predict_images on "
+            "preprocessed ones)")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,9 @@ auxiliary head) and restored like the evaluation job restores it: the trainable 
 their exponential moving averages. Two signatures share its variables:
 
 - `serving_default`: `image_bytes` (string [N], JPEG/PNG/GIF/BMP) decoded and preprocessed
-  exactly as the evaluation job does (image_processing.eval_image);
+  exactly as the evaluation job does (image_processing.eval_image); an image of more pixels
+  than the limit baked in at export (the graph's constant `max_image_pixels`) fails the
+  request with a message naming its size, before it is decoded;
 - `predict_images`: `images` (float32 [N, size, size, 3] in [-1, 1]).
 
 Both return `classes` (int64 [N, k], 1-based labels, 0 = background), `probabilities`
@@ -23,12 +25,13 @@ import tempfile
 import tensorflow as tf
 
 from common import files
-from data import tfrecord_format
+from common import image_limits
 from inception import checkpoints
 from inception import errors
 from inception import evaluator
 from inception import image_processing
 from inception import model
+from inception import run_directory
 
 tf1 = tf.compat.v1
 
@@ -38,6 +41,8 @@ BYTES_INPUT = "image_bytes"  # the `_bytes` suffix tells REST front ends to expe
 IMAGES_INPUT = "images"
 DEFAULT_TOP_K = 5
 SAVED_MODEL_FILE = "saved_model.pb"
+LIMIT_CONSTANT = "max_image_pixels"
+EXPORT_LIMIT_FLAG = "--max_image_pixels of //inception:export"
 BACKGROUND_TEXT = "background"
 
 
@@ -73,10 +78,14 @@ def prediction_outputs(logits, texts, top_k):
             "label_texts": tf.gather(tf.constant(texts), classes), "logits": logits}
 
 
-def build_serving_graph(settings, label_names=(), top_k=DEFAULT_TOP_K, logits_fn=None):
+def build_serving_graph(settings, label_names=(), top_k=DEFAULT_TOP_K, logits_fn=None,
+                        max_pixels=image_limits.MAX_IMAGE_PIXELS,
+                        limit_flag=image_processing.LIMIT_FLAG):
     """Builds the inference graph for ModelSettings `settings`; returns ServingGraph.
 
     logits_fn: callable(images, settings) -> logits; Inception v3 in inference mode by default.
+    max_pixels: images of more pixels fail `image_bytes` before decoding, with a message that
+      names their size and `limit_flag`; held by the int64 constant LIMIT_CONSTANT.
     """
     logits_fn = logits_fn or (lambda images, s: model.inception_logits(images, s, False)[0])
     size = settings.image_size
@@ -85,8 +94,10 @@ def build_serving_graph(settings, label_names=(), top_k=DEFAULT_TOP_K, logits_fn
     with graph.as_default():
         image_bytes = tf1.placeholder(tf.string, [None], name=BYTES_INPUT)
         images = tf1.placeholder(tf.float32, [None, size, size, 3], name=IMAGES_INPUT)
-        decoded = tf.map_fn(lambda encoded: image_processing.eval_image(encoded, size),
-                            image_bytes, fn_output_signature=tf.float32)
+        limit = tf.constant(max_pixels, tf.int64, name=LIMIT_CONSTANT)
+        decoded = tf.map_fn(
+            lambda encoded: image_processing.eval_image(encoded, size, limit, limit_flag),
+            image_bytes, fn_output_signature=tf.float32)
         with tf1.variable_scope(tf1.get_variable_scope(), reuse=tf1.AUTO_REUSE):
             outputs_from_bytes = prediction_outputs(logits_fn(decoded, settings), texts, top_k)
             outputs_from_images = prediction_outputs(logits_fn(images, settings), texts, top_k)
@@ -100,31 +111,35 @@ def build_serving_graph(settings, label_names=(), top_k=DEFAULT_TOP_K, logits_fn
 
 def restore(session, serving_graph, checkpoint_path):
     """Restores `checkpoint_path` into `session`; CheckpointError naming it when it cannot."""
-    checkpoints.check_restorable(checkpoint_path, serving_graph.restore_map)
-    try:
-        with session.graph.as_default():
-            serving_graph.saver.restore(session, checkpoint_path)
-    except tf.errors.OpError as error:
-        reason = errors.root_cause(error.message) or type(error).__name__
-        raise checkpoints.CheckpointError(
-            f"checkpoint {checkpoint_path} cannot be restored, it is damaged ({reason})") from None
+    with session.graph.as_default():
+        checkpoints.restore_or_explain(serving_graph.saver, session, checkpoint_path,
+                                       serving_graph.restore_map)
 
 
 def check_export_dir(export_dir):
-    """Raises ExportError when `export_dir` exists and is not a directory."""
+    """Raises ExportError when `export_dir` is a file or cannot be written (created if
+    missing): checked before the long work of an export."""
     if tf.io.gfile.exists(export_dir) and not tf.io.gfile.isdir(export_dir):
         raise ExportError(f"--export_dir={export_dir} is a file; pass a directory (new or one "
                           "that holds earlier exports).")
+    try:
+        files.ensure_writable_directory(export_dir)
+    except (OSError, tf.errors.OpError) as error:
+        raise ExportError(f"cannot write in --export_dir={export_dir} "
+                          f"({errors.file_error_cause(error)}); pass a directory you can "
+                          "write.") from None
 
 
 def export_saved_model(checkpoint_path, stored, label_names, export_dir,
-                       top_k=DEFAULT_TOP_K, logits_fn=None):
+                       top_k=DEFAULT_TOP_K, logits_fn=None,
+                       max_pixels=image_limits.MAX_IMAGE_PIXELS):
     """Writes the SavedModel of `checkpoint_path` to `<export_dir>/<step>`; returns that path.
 
     Args:
       stored: the stored TrainSettings of the training directory
-        (checkpoints.read_stored_run: its model section and data directory).
+        (run_directory.RunDirectory.read_settings: its model section and data directory).
       label_names: label_names[i - 1] names label i; empty when the data set had none.
+      max_pixels: the serving signature refuses images of more pixels (baked in).
 
     Raises ExportError when that version exists already (nothing is overwritten).
     """
@@ -133,7 +148,8 @@ def export_saved_model(checkpoint_path, stored, label_names, export_dir,
     if tf.io.gfile.exists(version_dir):
         raise ExportError(f"{version_dir} exists already (this checkpoint was exported); train "
                           "further for a new version or pass another --export_dir.")
-    serving_graph = build_serving_graph(stored.model, label_names, top_k, logits_fn)
+    serving_graph = build_serving_graph(stored.model, label_names, top_k, logits_fn,
+                                        max_pixels, EXPORT_LIMIT_FLAG)
     # Written whole under a temporary name first: beside the versions on a local disk (then one
     # rename), in a local temporary directory for a URL (object stores cannot rename folders).
     staging_parent = tempfile.mkdtemp() if files.is_url(export_dir) else export_dir
@@ -143,6 +159,11 @@ def export_saved_model(checkpoint_path, stored, label_names, export_dir,
         _write_saved_model(serving_graph, checkpoint_path, partial_dir)
         _write_settings(partial_dir, stored)
         _publish(partial_dir, version_dir)
+    except (OSError, tf.errors.PermissionDeniedError, tf.errors.ResourceExhaustedError,
+            tf.errors.NotFoundError, tf.errors.FailedPreconditionError) as error:
+        raise ExportError(f"could not write the export to {export_dir} "
+                          f"({errors.file_error_cause(error)}); nothing of it was kept. Free "
+                          "some space or fix the directory, then rerun.") from None
     finally:
         if os.path.isdir(partial_dir):
             shutil.rmtree(partial_dir)
@@ -169,51 +190,20 @@ def _publish(partial_dir, version_dir):
 
 
 def export_training_run(checkpoint_dir, export_dir, checkpoint_path="", top_k=DEFAULT_TOP_K,
-                        log=print):
-    """Exports the newest checkpoint of the training directory `checkpoint_dir` (or
-    `checkpoint_path`) with the settings and label names stored beside it; returns the new
-    version directory. Everything is checked before anything is written."""
-    stored = read_training_run(checkpoint_dir)
-    checkpoint_path = checkpoint_path or newest_checkpoint(checkpoint_dir)
-    if not tf.io.gfile.exists(checkpoint_path + ".index"):
-        raise ExportError(f"--checkpoint_path={checkpoint_path} does not exist; pass a prefix "
-                          "such as <train_dir>/model.ckpt-1000 (without .index).")
-    label_names = stored_label_names(stored, log)
+                        log=print, max_pixels=image_limits.MAX_IMAGE_PIXELS):
+    """Exports the newest usable checkpoint of the training directory `checkpoint_dir` (or
+    `checkpoint_path`) with the settings and label names stored beside it, refusing images of
+    more than `max_pixels` pixels; returns the new version directory. Everything is checked
+    before anything is written."""
+    directory = run_directory.RunDirectory(checkpoint_dir)
+    stored = directory.require_settings()
+    checkpoint_path = directory.resolve(checkpoint_path, log)
+    check_export_dir(export_dir)
+    label_names = directory.label_names(stored.data.data_dir, log)
     log(f"exporting {checkpoint_path} ({stored.model.image_size} px, "
         f"{stored.model.num_classes - 1} labels)...")
-    return export_saved_model(checkpoint_path, stored, label_names, export_dir, top_k)
-
-
-def read_training_run(checkpoint_dir):
-    """The stored TrainSettings of a training directory (model section, data directory);
-    ExportError saying what to pass when it has none."""
-    if not tf.io.gfile.isdir(checkpoint_dir):
-        raise ExportError(f"{checkpoint_dir} does not exist; pass the --train_dir of a "
-                          "training run.")
-    stored = checkpoints.read_stored_run(checkpoint_dir)
-    if stored is None:
-        raise ExportError(f"{checkpoint_dir} has no {checkpoints.SETTINGS_FILE}; pass the "
-                          "--train_dir of a training run of this trainer.")
-    return stored
-
-
-def newest_checkpoint(checkpoint_dir):
-    """The newest checkpoint prefix of `checkpoint_dir`; ExportError when there is none."""
-    path = checkpoints.latest_checkpoint(checkpoint_dir)
-    if path is None:
-        raise ExportError(f"no checkpoint in {checkpoint_dir} yet; train first (or wait for "
-                          "the first save).")
-    return path
-
-
-def stored_label_names(stored, log=print):
-    """Label names from the labels.txt of the run's data directory; () with a note when that
-    directory has none (the labels are then shown as numbers)."""
-    path = os.path.join(stored.data.data_dir, tfrecord_format.LABELS_FILE)
-    if stored.data.data_dir and tf.io.gfile.exists(path):
-        return tuple(tfrecord_format.read_labels_file(path))
-    log(f"note: no {path}; labels will be shown as numbers.")
-    return ()
+    return export_saved_model(checkpoint_path, stored, label_names, export_dir, top_k,
+                              max_pixels=max_pixels)
 
 
 def _write_saved_model(serving_graph, checkpoint_path, target_dir):
@@ -241,6 +231,6 @@ def _write_settings(target_dir, stored):
     # assets.extra is where TensorFlow Serving lets a model carry files it does not read.
     extra = os.path.join(target_dir, "assets.extra")
     tf.io.gfile.makedirs(extra)
-    with tf.io.gfile.GFile(os.path.join(extra, checkpoints.SETTINGS_FILE), "w") as handle:
+    with tf.io.gfile.GFile(os.path.join(extra, run_directory.SETTINGS_FILE), "w") as handle:
         handle.write(json.dumps(dataclasses.asdict(stored.model), indent=2,
                                 sort_keys=True) + "\n")

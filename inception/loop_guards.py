@@ -2,23 +2,25 @@
 climbs. Each check raises or returns what the loop reports; none has side effects."""
 
 import math
+import os
 
 import tensorflow as tf
 
 
 class NonFiniteLossError(RuntimeError):
     """Training diverged: a tower's loss or update, or a variable, became NaN or infinite. The
-    message names the step that did it, the towers and the last good checkpoint."""
+    message names the step that did it, the towers, the last healthy checkpoint and those set
+    aside."""
 
     def __init__(self, step, tower_losses, last_checkpoint, tower_gradient_norms=(),
-                 variables=()):
-        self.step = step
+                 variables=(), set_aside=()):
+        self.step, self.last_checkpoint, self.set_aside = step, last_checkpoint, list(set_aside)
         losses_bad = [i for i, value in enumerate(tower_losses) if not math.isfinite(value)]
         norms_bad = [i for i, value in enumerate(tower_gradient_norms)
                      if not math.isfinite(value)]
         self.bad_towers = losses_bad or norms_bad
         super().__init__(f"{divergence(step, tower_losses, tower_gradient_norms, variables)}; "
-                         f"training stopped and {kept(last_checkpoint)}. Lower "
+                         f"training stopped and {kept(last_checkpoint, set_aside)}. Lower "
                          "--initial_learning_rate, check the data, or rerun with "
                          "--on_nan=rollback.")
 
@@ -41,10 +43,20 @@ def divergence(step, tower_losses, tower_gradient_norms=(), variables=()):
             f"{variables[0] if variables else '?'})")
 
 
-def kept(last_checkpoint):
-    """How the error names the last good checkpoint (or that none was written)."""
-    return (f"the last good checkpoint is {last_checkpoint}" if last_checkpoint
-            else "no checkpoint was written")
+def kept(last_checkpoint, set_aside=()):
+    """How a stop names the last healthy checkpoint (or that there is none) and the checkpoints
+    it set aside (see checkpoint_health.SaveRecord for what healthy means)."""
+    if last_checkpoint:
+        text = f"the last healthy checkpoint is {last_checkpoint} (a rerun continues from it)"
+    elif set_aside:
+        text = "no healthy checkpoint is left (a rerun starts afresh)"
+    else:
+        text = "no checkpoint was written"
+    if set_aside:
+        names = ", ".join(os.path.basename(path) for path in set_aside)
+        text += (f"; set aside, as written after the divergence began: {names} (kept as "
+                 "<name>.unusable.*)")
+    return text
 
 
 class DivergingError(RuntimeError):
@@ -67,13 +79,18 @@ class SmoothedValue:
 
 
 class LossWatch:
-    """The smoothed mean_loss and one warning when it climbs well above its starting value.
+    """The smoothed mean_loss, one warning when it climbs well above its starting value, and
+    where a divergence began.
 
     Smoothing is an exponential moving average over about `window` steps (bias-corrected, so
     the first values count fully). The starting value is the run's first loss (an untrained
     network's is the same for every run of a data set; after a resume, the loss it resumed
     at); from `window` steps on, a smoothed loss above `factor` times it is the warning, once
     per run. That is what a too-high learning rate does before the loss turns NaN.
+
+    The loss of step k is computed from the weights step k - 1 wrote, so when the run
+    diverges at step S, the suspect weights begin at those of step S - 1, or earlier when the
+    steps just before S already had losses above the threshold (`first_bad_weights`).
     """
 
     def __init__(self, window=10, factor=2.0):
@@ -81,6 +98,21 @@ class LossWatch:
         self.smoothed, self.start, self.start_step = None, None, None
         self._smoother = SmoothedValue(1.0 - 1.0 / window)
         self._count, self.warned = 0, False
+        self.above_since = None  # first step of the current run of losses above the threshold
+
+    @property
+    def threshold(self):
+        """The loss above which training is climbing: `factor` times the starting loss."""
+        return None if self.start is None else self.factor * self.start
+
+    @property
+    def climbing(self):
+        """Whether the smoothed loss is above the threshold now."""
+        return self.smoothed is not None and self.smoothed > self.threshold
+
+    def sound(self, loss):
+        """Whether a step's loss is finite and not above the threshold."""
+        return math.isfinite(loss) and (self.threshold is None or loss <= self.threshold)
 
     def add(self, step, loss):
         """Takes the step's mean loss; returns the warning line when it is due, else None."""
@@ -88,6 +120,10 @@ class LossWatch:
         self._count += 1
         if self.start is None:
             self.start, self.start_step = loss, step
+        if self.sound(loss):
+            self.above_since = None
+        elif self.above_since is None:
+            self.above_since = step
         if (self.warned or self._count < self.window
                 or not self.smoothed > self.factor * self.start):
             return None
@@ -96,6 +132,17 @@ class LossWatch:
                 f"{self.smoothed / self.start:.1f}x its {self.start:.4g} at step "
                 f"{self.start_step}. Lower --initial_learning_rate (a tenth is a good first "
                 "try), lengthen --warmup_steps, or pick a rate with --find_learning_rate.")
+
+    def first_bad_weights(self, failed_step):
+        """The step whose weights are the first suspect when step `failed_step` diverged: the
+        one before it, or the one before the losses above the threshold that led up to it."""
+        first = failed_step if self.above_since is None else self.above_since
+        return first - 1
+
+    def restart(self):
+        """After a rollback: forget the diverging losses (the start stays)."""
+        self._smoother = SmoothedValue(1.0 - 1.0 / self.window)
+        self.smoothed, self.above_since, self._count = None, None, 0
 
 
 class Diverged(Exception):
@@ -106,10 +153,10 @@ class Diverged(Exception):
         self.step, self.tower_losses = step, list(tower_losses)
         self.tower_gradient_norms, self.variables = list(tower_gradient_norms), list(variables)
 
-    def error(self, last_checkpoint):
+    def error(self, last_checkpoint, set_aside=()):
         """The NonFiniteLossError to stop with."""
         return NonFiniteLossError(self.step, self.tower_losses, last_checkpoint,
-                                  self.tower_gradient_norms, self.variables)
+                                  self.tower_gradient_norms, self.variables, set_aside)
 
 
 class VariableHealth:

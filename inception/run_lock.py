@@ -29,8 +29,14 @@ def exclusive_run(train_dir):
     if files.is_url(train_dir):
         yield
         return
-    os.makedirs(train_dir, exist_ok=True)
-    with open(os.path.join(train_dir, LOCK_FILE), "a+", encoding="utf-8") as handle:
+    path = os.path.join(train_dir, LOCK_FILE)
+    try:
+        os.makedirs(train_dir, exist_ok=True)
+        handle = open(path, "a+", encoding="utf-8")  # pylint: disable=consider-using-with
+    except OSError as error:
+        raise RunLockError(f"cannot write in --train_dir={train_dir} ({error.strerror or error}); "
+                           "pass a directory you can write.") from None
+    with handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

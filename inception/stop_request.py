@@ -3,6 +3,8 @@
 import os
 import signal
 
+from common import signals
+
 
 class StopRequest:
     """Context manager: while inside, the first SIGINT/SIGTERM sets `signal_number` instead of
@@ -10,7 +12,10 @@ class StopRequest:
     even in the middle of a TensorFlow call. A save cut short that way leaves only temporary
     files, which the next run removes: the previous checkpoint stays the newest.
 
-    Outside the main thread signals cannot be caught; the request then never fires.
+    Outside the main thread signals cannot be caught; the request then never fires. In a
+    process that called common.signals.handle_signals(), the second signal stops it at once
+    even in the middle of one long TensorFlow call (see there); the handler's own exit below
+    covers processes that did not.
 
     The handler only records the signal: the log line is written by the first `requested`
     check after it, in the program's own flow. Printing from the handler itself could land in
@@ -25,6 +30,7 @@ class StopRequest:
         self._announced = False
 
     def __enter__(self):
+        signals.new_phase()
         for number in (signal.SIGINT, signal.SIGTERM):
             try:
                 self._previous[number] = signal.signal(number, self._handle)

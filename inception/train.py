@@ -10,6 +10,7 @@ loads (settings.py, plans.py, cluster.py), so a bad flag costs a second and writ
 """
 
 import os
+import shlex
 import signal
 import sys
 
@@ -148,15 +149,17 @@ def settings_from_flags(cluster=None):
 
 
 def print_next_steps(train_dir, result):
-    """Where the results are and what to run next."""
+    """Where the results are and what to run next (paths quoted for the shell, so the commands
+    can be pasted as they are)."""
+    quoted = shlex.quote(train_dir)
     cli.log(f"Checkpoints and TensorBoard events: {train_dir} (last: {result.checkpoint})")
-    cli.log(f"  watch training:  bin/tensorboard --logdir={train_dir}   (then open "
+    cli.log(f"  watch training:  bin/tensorboard --logdir={quoted}   (then open "
             "http://localhost:6006)")
-    cli.log(f"  evaluate:        bin/bazel run //inception:eval -- --checkpoint_dir={train_dir} "
+    cli.log(f"  evaluate:        bin/bazel run //inception:eval -- --checkpoint_dir={quoted} "
             "--run_once")
-    cli.log(f"  export it:       bin/bazel run //inception:export -- --checkpoint_dir={train_dir} "
+    cli.log(f"  export it:       bin/bazel run //inception:export -- --checkpoint_dir={quoted} "
             "--export_dir=<dir>")
-    cli.log(f"  classify images: bin/bazel run //inception:classify -- --model={train_dir} "
+    cli.log(f"  classify images: bin/bazel run //inception:classify -- --model={quoted} "
             "<images or folders>")
 
 
@@ -207,11 +210,16 @@ def train(settings):
     from inception import distributed  # pylint: disable=import-outside-toplevel
     from inception import loop_guards  # pylint: disable=import-outside-toplevel
     from inception import training  # pylint: disable=import-outside-toplevel
+    from inception import errors  # pylint: disable=import-outside-toplevel
     try:
         return training.train(settings, log=cli.log, on_stuck=exit_now)
     except (loop_guards.NonFiniteLossError, loop_guards.DivergingError,
             distributed.ClusterError, distributed.DivergedError, ValueError) as error:
         cli.fail(error)
+    except cli.file_errors() as error:
+        cli.fail(f"training stopped by a file-system error: {errors.file_error_cause(error)}; "
+                 "fix the directory (space, permissions), then rerun the same command to "
+                 "resume from the last checkpoint.")
 
 
 def find_learning_rate(settings):
@@ -223,7 +231,13 @@ def find_learning_rate(settings):
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     from inception import learning_rate_range  # pylint: disable=import-outside-toplevel
     from inception import training  # pylint: disable=import-outside-toplevel
-    tf.io.gfile.makedirs(settings.train_dir)
+    from common import files  # pylint: disable=import-outside-toplevel
+    from inception import errors  # pylint: disable=import-outside-toplevel
+    try:
+        files.ensure_writable_directory(settings.train_dir)
+    except (OSError, tf.errors.OpError) as error:
+        cli.fail(f"cannot write the range test's plot in --train_dir={settings.train_dir} "
+                 f"({errors.file_error_cause(error)}); pass a directory you can write.")
     plot = os.path.join(settings.train_dir, "learning_rate_range.png")
     test = learning_rate_range.RangeTest(FLAGS.lr_range_min, FLAGS.lr_range_max,
                                          FLAGS.lr_range_steps)

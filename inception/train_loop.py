@@ -13,16 +13,17 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from inception import checkpoints
 from inception import loop_guards
 from inception import loop_start
 from inception import replica as replica_lib
 from inception import train_graph as train_graph_lib
 from inception.cadence import Cadence
+from inception.run_directory import RunDirectory
+from inception.checkpoint_health import SaveRecord
+from inception.checkpoints import step_of
 from inception.stop_request import StopRequest
 
 tf1 = tf.compat.v1
-CHECKPOINT_BASENAME = "model.ckpt"
 
 
 @dataclasses.dataclass
@@ -67,9 +68,11 @@ def run_training(build_graph, session_config, settings, make_initializer=None, l
     of the plan's current stage and checks its towers' losses and gradient norms. Saves every
     `save_checkpoint_steps` / `save_interval_secs`, at the end and on SIGINT/SIGTERM, each time
     after checking that every variable is finite: a checkpoint never holds NaN or Inf. When
-    training diverges it stops with loop_guards.NonFiniteLossError naming the step and the last
-    good checkpoint, or, with `settings.on_nan='rollback'`, goes back to the newest finite state of
-    this run and on with the next batches.
+    training diverges, the checkpoints written since the divergence began are set aside
+    (checkpoint_health.HealthRecords.last_healthy) and it stops with loop_guards.NonFiniteLossError
+    naming the step, the last healthy checkpoint and those set aside, or, with
+    `settings.on_nan='rollback'`, goes back to the last healthy checkpoint (or the weights a
+    fresh run started from) and on with the next batches.
 
     Args:
       build_graph: callable() -> train_graph.TrainGraph, called inside a fresh default graph.
@@ -81,15 +84,16 @@ def run_training(build_graph, session_config, settings, make_initializer=None, l
         nor writes `train_dir`: it waits for the chief to initialize the shared variables.
 
     Returns:
-      TrainResult. Raises loop_guards.NonFiniteLossError, and checkpoints.CheckpointError when no
-      checkpoint restores or one cannot be written.
+      TrainResult. Raises loop_guards.NonFiniteLossError / DivergingError, and
+      checkpoints.CheckpointError when no checkpoint restores or one cannot be written.
     """
     replica = replica or replica_lib.Replica()
+    run_dir = RunDirectory(settings.train_dir)
     checkpoint = None
     if replica.is_chief:
         tf.io.gfile.makedirs(settings.train_dir)
-        checkpoints.remove_interrupted_saves(settings.train_dir, log)
-        checkpoint = checkpoints.newest_usable_checkpoint(settings.train_dir, log)
+        run_dir.remove_interrupted_saves(log)
+        checkpoint = run_dir.newest_usable(log, set_aside=True)
     built = _build_run(build_graph, settings, replica, checkpoint, make_initializer, log)
     for name in built.train_graph.skipped_variables:
         log(f"note: no loss reaches variable {name}; it is left out of the update.")
@@ -102,8 +106,8 @@ def run_training(build_graph, session_config, settings, make_initializer=None, l
                     f"(--max_steps={settings.max_steps}); nothing to train. Raise --max_steps "
                     "or use a new --train_dir.")
                 return TrainResult(step=step, checkpoint=checkpoint)
-            loop = _Loop(session, built.saver, built.train_graph, dataclasses.replace(
-                settings, max_steps=end_step), replica, log, built.start, built.health)
+            loop = _Loop(session, built, dataclasses.replace(settings, max_steps=end_step),
+                         replica, log)
             return loop.run(step, checkpoint)
         finally:
             replica.finish(session)
@@ -125,9 +129,12 @@ def _build_run(build_graph, settings, replica, checkpoint, make_initializer, log
     with graph.as_default(), replica.device_scope():
         train_graph = build_graph()
         saved_variables = {v.op.name: v for v in tf1.global_variables()}
+        # Relative names in TensorFlow's `checkpoint` file: the directory stays usable when it
+        # is copied or moved (run_directory.py).
         saver = tf1.train.Saver(
             saved_variables, max_to_keep=settings.keep_checkpoints, name="saver",
-            keep_checkpoint_every_n_hours=settings.keep_checkpoint_every_n_hours or 1e6)
+            keep_checkpoint_every_n_hours=settings.keep_checkpoint_every_n_hours or 1e6,
+            save_relative_paths=True)
         if not replica.is_chief:
             start = replica.wait_until_ready
         elif checkpoint:
@@ -139,7 +146,7 @@ def _build_run(build_graph, settings, replica, checkpoint, make_initializer, log
         replica.build(train_graph)
         graph.finalize()
     if checkpoint:
-        saver.recover_last_checkpoints(checkpoints.all_checkpoints(settings.train_dir))
+        saver.recover_last_checkpoints(RunDirectory(settings.train_dir).listed())
     return _BuiltRun(graph, train_graph, saver, start, health, local_init)
 
 
@@ -160,17 +167,22 @@ class _Loop:
     """One run of the training loop over an open session: steps, logs, summaries, the
     divergence checks, rollbacks and checkpoints."""
 
-    def __init__(self, session, saver, graph, settings, replica, log, restart, health):
-        self.session, self.saver, self.graph, self.settings = session, saver, graph, settings
-        self.replica, self.log, self.restart, self.health = replica, log, restart, health
+    def __init__(self, session, built, settings, replica, log):
+        self.session, self.saver, self.graph = session, built.saver, built.train_graph
+        self.settings, self.replica, self.log = settings, replica, log
+        self.restart, self.health = built.start, built.health
+        self.run_dir = RunDirectory(settings.train_dir)
         self.writer = _NoSummaryWriter()
         self.watch = loop_guards.LossWatch()
         self.rollbacks = 0
-        self.saved_this_run = None  # the newest checkpoint this run wrote
+        self.resumed_from = None  # the checkpoint this run started from
+        self.unverified = None  # the newest checkpoint whose first step has not run yet
+        self.last_loss = self.last_norm = float("nan")
 
     def run(self, step, checkpoint):
         """Trains from `step` to settings.max_steps (or a stop request); returns TrainResult."""
         settings = self.settings
+        self.resumed_from = self.unverified = checkpoint
         if self.replica.is_chief:
             self.writer = tf1.summary.FileWriter(
                 settings.train_dir, self.session.graph if checkpoint is None else None)
@@ -210,7 +222,7 @@ class _Loop:
                 try:
                     result.checkpoint = self._save(step)
                 except loop_guards.Diverged as diverged:
-                    raise diverged.error(result.checkpoint) from None
+                    raise diverged.error(*self._set_aside_diverged(diverged.step)) from None
             result.stopped_by_signal = stop.signal_number
         return result
 
@@ -233,7 +245,8 @@ class _Loop:
                 not self.graph.loss_scaled and not all(math.isfinite(v) for v in norms)):
             self.writer.flush()
             raise loop_guards.Diverged(step, losses, norms)
-        result.last_mean_loss = float(np.mean(losses))
+        self.last_loss, self.last_norm = float(np.mean(losses)), max(norms)
+        result.last_mean_loss = self.last_loss
         self._watch_loss(step, result)
         if want_summary:
             cadences.summary.mark(step, time.time())
@@ -243,15 +256,18 @@ class _Loop:
 
     def _watch_loss(self, step, result):
         warning = self.watch.add(step, result.last_mean_loss)
+        if self.unverified and self.watch.sound(result.last_mean_loss):
+            self.run_dir.health.mark_verified(self.unverified, self.log)
+        self.unverified = None
         if warning is None:
             return
         if self.settings.on_divergence == "stop":
             self.writer.flush()
+            healthy, set_aside = self._set_aside_diverged(step + 1)
             raise loop_guards.DivergingError(
                 f"{warning} Training stopped (--on_divergence=stop); "
-                f"{loop_guards.kept(result.checkpoint)}.")
+                f"{loop_guards.kept(healthy, set_aside)}.")
         self.log(timestamped(f"warning: {warning}"))
-
     def _maybe_log(self, step, cadences, result, corrupt):
         """The loss line when due; returns the damaged-record count reported so far."""
         now = time.time()
@@ -272,43 +288,78 @@ class _Loop:
             tag=tag, simple_value=value)]), step)
 
     def _save(self, step):
-        """Checks every variable, then writes the checkpoint of `step`; returns its path."""
+        """Checks every variable, then writes the checkpoint of `step` and what the loop knew of
+        it (checkpoint_health.SaveRecord); returns its path."""
         self.replica.before_save(self.session)
         bad = self.health.non_finite(self.session)
         if bad:
             raise loop_guards.Diverged(step, variables=bad)
-        path = checkpoints.save_checkpoint(
-            self.saver, self.session, os.path.join(self.settings.train_dir, CHECKPOINT_BASENAME),
-            step, self.health.checkpoint_bytes)
-        self.saved_this_run = path
+        path = self.run_dir.save(self.saver, self.session, step, self.health.checkpoint_bytes)
+        if self.replica.is_chief:
+            self.run_dir.health.record_save(path, SaveRecord(
+                step=step, loss=self.last_loss, gradient_norm=self.last_norm,
+                smoothed_loss=self.watch.smoothed, climbing=self.watch.climbing), self.log)
+        self.unverified = path
         return path
 
+    def _set_aside_diverged(self, failed_step):
+        """Sets aside every checkpoint newer than the last healthy one after the run diverged
+        at `failed_step`; returns (the last healthy checkpoint or None, those set aside)."""
+        if not self.replica.is_chief:
+            return None, []
+        healthy = self.run_dir.health.last_healthy(self.watch.first_bad_weights(failed_step))
+        newer = sorted((path for path in self.run_dir.candidates()
+                        if healthy is None or step_of(path) > step_of(healthy)), key=step_of)
+        if newer:
+            self.run_dir.set_aside(newer)
+            self.saver.recover_last_checkpoints(self.run_dir.listed())
+        return healthy, newer
+
     def _recover(self, diverged, result):
-        """Stops (raising loop_guards.NonFiniteLossError) or rolls back; returns the step
-        rolled back to."""
+        """Stops (raising loop_guards.NonFiniteLossError) or rolls back to the last healthy
+        checkpoint; returns the step rolled back to."""
         settings = self.settings
+        healthy, set_aside = self._set_aside_diverged(diverged.step)
+        result.checkpoint = healthy
         if settings.on_nan != "rollback" or self.rollbacks >= settings.max_nan_rollbacks:
             if settings.on_nan == "rollback":
                 self.log(f"{self.rollbacks} rollback(s) already (--max_nan_rollbacks="
                          f"{settings.max_nan_rollbacks}); stopping.")
-            raise diverged.error(result.checkpoint) from None
+            raise diverged.error(healthy, set_aside) from None
+        target = self._roll_back_to(healthy)
+        if target is None:
+            raise diverged.error(healthy, set_aside) from None
         self.rollbacks += 1
-        if self.saved_this_run:
-            self.saver.restore(self.session, self.saved_this_run)
-            target = self.saved_this_run
-        else:
-            self.restart(self.session)
-            target = result.checkpoint or "the weights this run started from"
+        self.watch.restart()
         step = int(self.session.run(self.graph.global_step))
+        aside = (f"; set aside {', '.join(os.path.basename(p) for p in set_aside)} (kept as "
+                 "<name>.unusable.*)" if set_aside else "")
         self.log(timestamped(
             f"{diverged}; rolled back to {target} (step {step}), skipping the "
             f"{diverged.step - step} batch(es) since (rollback {self.rollbacks} of at most "
-            f"{settings.max_nan_rollbacks})."))
+            f"{settings.max_nan_rollbacks}){aside}."))
         self._scalar("nan_rollbacks", self.rollbacks, diverged.step)
         self.writer.flush()
         return step
 
+    def _roll_back_to(self, healthy):
+        """Restores `healthy` (None: the weights a fresh run started from); returns what it
+        restored, in words, or None when nothing healthy can be restored."""
+        if healthy is None:
+            if self.resumed_from is not None:
+                return None  # the checkpoint this run resumed from is itself unhealthy
+            self.restart(self.session)
+            return "the weights this run started from"
+        if healthy == self.resumed_from:
+            self.restart(self.session)  # restores what that checkpoint has, as at the start
+        else:
+            try:
+                self.saver.restore(self.session, healthy)
+            except tf.errors.OpError:
+                return None  # an older run's checkpoint of another plan: a rerun resumes it
 
+        self.unverified = None
+        return healthy
 class _Cadences:
     """When to log, summarize and checkpoint, and where the current log interval began."""
 

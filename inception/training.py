@@ -13,14 +13,17 @@ import functools
 
 import tensorflow as tf
 
+from common import files
 from inception import checkpoints
 from inception import datasets
 from inception import devices
 from inception import distributed
+from inception import errors
 from inception import input_pipeline
 from inception import learning_rate_range
 from inception import loss_scaling
 from inception import model
+from inception import run_directory
 from inception import run_lock
 from inception import train_graph
 from inception import train_loop
@@ -39,7 +42,8 @@ def resolve_model_settings(requested, dataset, stored):
     explicit = {"num_classes", "dataset"}
     explicit |= {name for name in ("image_size", "depth_multiplier")
                  if getattr(requested, name) is not None}
-    settings = checkpoints.merge_settings(stored.model if stored else None, settings, explicit)
+    settings = run_directory.merge_stored_model(stored.model if stored else None, settings,
+                                                explicit)
     settings.validate()
     return settings
 
@@ -72,7 +76,8 @@ def pretrained_initializer_factory(init, log):
     if init.fine_tune:
         excluded += tuple(s for s in checkpoints.FINE_TUNE_EXCLUDED_SCOPES if s not in excluded)
     return lambda: checkpoints.pretrained_initializer(
-        init.pretrained_model_checkpoint_path, slim.get_model_variables(), excluded, log)
+        run_directory.pretrained_checkpoint(init.pretrained_model_checkpoint_path, log),
+        slim.get_model_variables(), excluded, log)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,8 +105,8 @@ def resolve_run(settings, log=print):
     devices.configure_gpus(placement)
     # Stored settings bind only once a checkpoint exists: a run that failed before saving one
     # must not pin the flags of the next attempt.
-    has_checkpoint = checkpoints.latest_checkpoint(settings.train_dir) is not None
-    stored = checkpoints.read_stored_run(settings.train_dir) if has_checkpoint else None
+    directory = run_directory.RunDirectory(settings.train_dir)
+    stored = directory.read_settings() if directory.newest() is not None else None
     dataset = resolve_dataset(settings.data, stored, log)
     data = dataclasses.replace(with_defaults(settings.data, dataset.defaults),
                                data_dir=dataset.data_dir, dataset=dataset.name)
@@ -205,13 +210,26 @@ def train(settings, log=print, on_stuck=None):
     lock = run_lock.exclusive_run(settings.train_dir) if settings.is_chief else \
         contextlib.nullcontext()
     with lock:
+        if settings.is_chief:
+            check_writable(settings.train_dir)
         return _train_resolved(resolve_run(settings, log), log, on_stuck)
+
+
+def check_writable(train_dir):
+    """Raises CheckpointError when `train_dir` cannot be written (a read-only share, a bucket
+    without write access), before anything is built."""
+    try:
+        files.ensure_writable_directory(train_dir)
+    except (OSError, tf.errors.OpError) as error:
+        raise checkpoints.CheckpointError(
+            f"cannot write in --train_dir={train_dir} ({errors.file_error_cause(error)}); pass "
+            "a directory you can write.") from None
 
 
 def _train_resolved(run, log, on_stuck):
     settings = run.settings
     if settings.is_chief:
-        checkpoints.write_stored_run(settings.train_dir, settings)
+        run_directory.RunDirectory(settings.train_dir).write_settings(settings)
     log(timestamped(describe_run(run)))
     config = session_config(run)
     replica = (distributed.ClusterWorker(settings.cluster, config, log, on_stuck)

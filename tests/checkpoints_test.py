@@ -11,6 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 from inception import checkpoints
+from inception import run_directory
 from inception import settings as settings_lib
 from tests import sharding
 from tests import testing_utils
@@ -80,7 +81,7 @@ class DamagedCheckpointTest(unittest.TestCase):
             truncate(os.path.join(train_dir, f"model.ckpt-{step}.data-00000-of-00001"))
         with self.assertRaisesRegex(checkpoints.CheckpointError,
                                     f"none of the 2 checkpoint\\(s\\) in {train_dir} can be "
-                                    "restored"):
+                                    "used"):
             testing_utils.train_small_model(train_dir, 6)
         self.assertTrue(os.path.exists(os.path.join(train_dir,
                                                     "model.ckpt-2.data-00000-of-00001")))
@@ -108,12 +109,12 @@ FULL_DISK = """
 import resource, signal, sys
 sys.path[:0] = {path!r}
 from tests import testing_utils
-from inception import checkpoints
+from inception import run_directory
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
 resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))
 try:
     testing_utils.train_small_model({train_dir!r}, 4)
-except checkpoints.CheckpointWriteError as error:
+except run_directory.CheckpointWriteError as error:
     print("ERROR", error)
 """
 
@@ -137,7 +138,7 @@ class FailedSaveTest(unittest.TestCase):
                       "File too large; a checkpoint here needs about", errors[0])
         self.assertIn("the newest checkpoint is still " + os.path.join(train_dir, "model.ckpt-2"),
                       errors[0])
-        self.assertEqual(checkpoints.latest_checkpoint(train_dir),
+        self.assertEqual(run_directory.RunDirectory(train_dir).newest(),
                          os.path.join(train_dir, "model.ckpt-2"))
         left = [name for name in os.listdir(train_dir)
                 if name not in before and not name.startswith("events.out")]
@@ -153,18 +154,19 @@ class StoredSettingsTest(unittest.TestCase):
             model=settings_lib.ModelSettings(6, 107, 0.1, "demo"),
             data=settings_lib.DataSettings(data_dir="/data"), loop=settings_lib.LoopSettings(
                 train_dir=train_dir, max_steps=9))
-        checkpoints.write_stored_run(train_dir, run)
-        stored = checkpoints.read_stored_run(train_dir)
+        run_directory.RunDirectory(train_dir).write_settings(run)
+        stored = run_directory.RunDirectory(train_dir).read_settings()
         self.assertEqual(stored.model, run.model)  # read into the section it was written from
         self.assertEqual(stored.data.data_dir, "/data")
-        path = os.path.join(train_dir, checkpoints.SETTINGS_FILE)
+        path = os.path.join(train_dir, run_directory.SETTINGS_FILE)
         first = os.stat(path)
-        checkpoints.write_stored_run(train_dir, run)
+        run_directory.RunDirectory(train_dir).write_settings(run)
         self.assertEqual(os.stat(path).st_ino, first.st_ino)  # not replaced
-        checkpoints.write_stored_run(train_dir, dataclasses.replace(
+        run_directory.RunDirectory(train_dir).write_settings(dataclasses.replace(
             run, data=settings_lib.DataSettings(data_dir="/moved")))
         self.assertNotEqual(os.stat(path).st_ino, first.st_ino)
-        self.assertEqual(checkpoints.read_stored_run(train_dir).data.data_dir, "/moved")
+        self.assertEqual(run_directory.RunDirectory(train_dir).read_settings().data.data_dir,
+                         "/moved")
 
 
 if __name__ == "__main__":

@@ -81,8 +81,9 @@ class TfConfigTest(unittest.TestCase):
 
     def test_unusable_tf_config_is_one_clear_line(self):
         cases = [("not json", "TF_CONFIG is not the JSON"),
-                 (json.dumps({"cluster": {"worker": ["w0:1"]}, "task": {"type": "worker"}}),
-                  "TF_CONFIG lists no ps tasks"),
+                 (json.dumps({"cluster": {"worker": ["w0:1", "w1:1"]},
+                              "task": {"type": "worker"}}),
+                  r"TF_CONFIG lists no ps tasks.*unset TF_CONFIG"),
                  (json.dumps({"cluster": self.CLUSTER, "task": {"type": "evaluator"}}),
                   "type 'evaluator'")]
         for text, pattern in cases:
@@ -90,6 +91,19 @@ class TfConfigTest(unittest.TestCase):
                 with self.assertRaisesRegex(cluster_lib.ClusterConfigError, pattern):
                     cluster_lib.cluster_settings("", 0, [], [], tf_config=text)
         self.assertIsNone(cluster_lib.cluster_settings("", 0, [], [], tf_config="  "))
+
+    def test_a_one_task_job_trains_on_this_machine(self):
+        # Single-replica jobs (e.g. Vertex AI's) describe the cluster as their one task.
+        for cluster, task in (({"chief": ["c0:2222"]}, {"type": "chief", "index": 0}),
+                              ({"worker": ["w0:2222"]}, {"type": "worker", "index": 0})):
+            with self.subTest(cluster=cluster):
+                self.assertIsNone(self.from_env(task, cluster))
+
+    def test_mistakes_in_tf_config_are_named_as_tf_config(self):
+        with self.assertRaisesRegex(cluster_lib.ClusterConfigError,
+                                    r"^TF_CONFIG's task index=2 but TF_CONFIG's chief and worker "
+                                    r"list lists 2 task\(s\)"):
+            self.from_env({"type": "worker", "index": 2})
 
 
 if __name__ == "__main__":

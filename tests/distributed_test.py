@@ -14,11 +14,11 @@ import unittest
 import numpy as np
 import tensorflow as tf
 
-from inception import checkpoints
 from inception import cluster as cluster_lib
 from inception import plans
 from inception import training
 from inception.distributed import worker as worker_lib
+from inception import run_directory
 from tests import sharding
 from tests import testing_utils
 
@@ -162,7 +162,7 @@ class ClusterRunTest(unittest.TestCase):
         self.assertIn("each update averages the gradients of 2 worker(s)", outputs["worker0"])
         self.assertIn("all 2 worker(s) are done", outputs["ps0"])
 
-        latest = checkpoints.latest_checkpoint(train_dir)
+        latest = run_directory.RunDirectory(train_dir).newest()
         self.assertEqual(latest, os.path.join(train_dir, "model.ckpt-3"))
         reader = tf.train.load_checkpoint(latest)
         self.assertEqual(int(reader.get_tensor("global_step")), 3)
@@ -178,8 +178,9 @@ class ClusterRunTest(unittest.TestCase):
         self.assertEqual([step for step, _ in scalars["mean_loss"]], [1, 2, 3])
         for step, mean_loss in scalars["mean_loss"]:
             towers = [dict(scalars[f"tower_{i}/total_loss"])[step] for i in range(2)]
+            # Summaries store float32 (7 digits) of losses near 1.5: 4 places is their rounding.
             self.assertAlmostEqual(mean_loss, sum(towers) / 2, places=4)
-        with open(os.path.join(train_dir, checkpoints.SETTINGS_FILE), encoding="utf-8") as f:
+        with open(os.path.join(train_dir, run_directory.SETTINGS_FILE), encoding="utf-8") as f:
             self.assertEqual(json.load(f)["image_size"], 107)
 
     def test_a_killed_worker_stops_the_others_with_one_line_errors(self):
@@ -219,7 +220,7 @@ class ClusterRunTest(unittest.TestCase):
                           r"cluster stopped .*the chief saved (\S+);", chief_error[0])
         self.assertIsNotNone(match, chief_error[0])
         step, saved = int(match.group(1)), match.group(2)
-        self.assertEqual(saved, checkpoints.latest_checkpoint(train_dir))
+        self.assertEqual(saved, run_directory.RunDirectory(train_dir).newest())
         self.assertEqual(int(tf.train.load_checkpoint(saved).get_tensor("global_step")), step)
         self.assertEqual(step_lines(outputs["worker1"])[-1][0], step)
 

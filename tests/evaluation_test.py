@@ -16,6 +16,7 @@ from inception import datasets
 from inception import evaluation
 from inception import evaluator
 from inception import input_pipeline
+from inception import run_directory
 from inception import settings as settings_lib
 from inception import training
 from tests import sharding
@@ -85,6 +86,18 @@ def hand_scores(logits, labels):
     return top1, top5, loss
 
 
+def uniform_checkpoint_and_graph(name, step, max_examples=0):
+    """A tiny checkpoint (w = 1, b = 0) in a new directory and the evaluation graph of the tiny
+    model over the demo's validation shards, batches of 4."""
+    values = {"w": np.ones(NUM_CLASSES, np.float32), "b": np.zeros(NUM_CLASSES, np.float32)}
+    path = write_tiny_checkpoint(testing_utils.temp_dir(name), values, values, step=step)
+    shards = datasets.resolve_dataset("demo", DATA_DIR).shards("validation")
+    settings = settings_lib.ModelSettings(NUM_CLASSES, IMAGE_SIZE, 1.0, "demo")
+    return path, evaluator.build_eval_graph(shards, settings, batch_size=4,
+                                            max_examples=max_examples,
+                                            logits_fn=mean_feature_logits)
+
+
 class MetricsTest(unittest.TestCase):
 
     def test_scores_match_a_hand_computation_with_a_partial_last_batch(self):
@@ -109,18 +122,14 @@ class MetricsTest(unittest.TestCase):
         self.assertEqual(result.num_examples, 7)  # batches of 3, 3 and 1
         self.assertAlmostEqual(result.precision_at_1, top1, places=6)
         self.assertAlmostEqual(result.recall_at_5, top5, places=6)
+        # Counts are exact; the loss is TensorFlow's float32 cross-entropy of 7 examples
+        # against NumPy's float64: float32 rounding (7 digits) of a loss of order 1.
         self.assertAlmostEqual(result.loss, loss, places=4)
         raw_logits = features[:, None] * raw["w"] + raw["b"]
         self.assertNotAlmostEqual(hand_scores(raw_logits, labels)[2], result.loss, places=3)
 
     def test_num_examples_limits_the_count(self):
-        directory = testing_utils.temp_dir("limit")
-        values = {"w": np.ones(NUM_CLASSES, np.float32), "b": np.zeros(NUM_CLASSES, np.float32)}
-        path = write_tiny_checkpoint(directory, values, values, step=1)
-        shards = datasets.resolve_dataset("demo", DATA_DIR).shards("validation")
-        settings = settings_lib.ModelSettings(NUM_CLASSES, IMAGE_SIZE, 1.0, "demo")
-        graph = evaluator.build_eval_graph(shards, settings, batch_size=4, max_examples=5,
-                                           logits_fn=mean_feature_logits)
+        path, graph = uniform_checkpoint_and_graph("limit", step=1, max_examples=5)
         result = evaluator.evaluate_checkpoint(graph, path, show_progress=False)
         self.assertEqual(result.num_examples, 5)
 
@@ -202,11 +211,45 @@ class WatchTest(unittest.TestCase):
         self.assertEqual(evaluated, [prefixes[1]])
 
 
+    def test_the_watch_waits_for_training_to_write_its_settings(self):
+        # The usual pattern: training and eval started together; eval must not quit at once.
+        directory = testing_utils.temp_dir("watch_settings")
+        job = evaluation.EvalSettings(checkpoint_dir=directory, eval_interval_secs=0.01)
+        lines = []
+
+        class Stop:
+            requested = False
+
+        def training_starts(seconds):
+            time.sleep(seconds)
+            run_directory.RunDirectory(directory).write_settings(stored_settings(DATA_DIR))
+
+        self.assertTrue(evaluation.wait_for_settings(job, Stop(), lines.append,
+                                                     sleep=training_starts))
+        self.assertEqual(len(lines), 1)
+        self.assertIn(f"waiting for training to write {directory}/model_settings.json", lines[0])
+        with self.assertRaisesRegex(checkpoints.CheckpointError,
+                                    "has no model_settings.json after 0.05 s"):
+            evaluation.wait_for_settings(evaluation.EvalSettings(
+                checkpoint_dir=testing_utils.temp_dir("never"), eval_interval_secs=0.01,
+                timeout_secs=0.05), Stop(), lambda line: None)
+
+    def test_a_checkpoint_deleted_while_it_is_read_is_named_so(self):
+        path, graph = uniform_checkpoint_and_graph("deleted_while_read", step=5)
+        directory = os.path.dirname(path)
+        for name in os.listdir(directory):  # training's --keep_checkpoints deleted it
+            os.remove(os.path.join(directory, name))
+        with self.assertRaisesRegex(checkpoints.CheckpointError,
+                                    f"^checkpoint {path} was deleted while it was read "
+                                    r"\(training keeps only its newest --keep_checkpoints\)"):
+            evaluator.evaluate_checkpoint(graph, path, show_progress=False)
+
+
 class WatchSignalTest(unittest.TestCase):
 
     def test_sigterm_stops_the_watch_promptly_and_cleanly(self):
         directory = testing_utils.temp_dir("watch_signal")
-        checkpoints.write_stored_run(directory, stored_settings(DATA_DIR))
+        run_directory.RunDirectory(directory).write_settings(stored_settings(DATA_DIR))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
         process = subprocess.Popen(
             [sys.executable, "-m", "inception.eval", f"--checkpoint_dir={directory}",
@@ -271,7 +314,7 @@ class EvaluationJobTest(unittest.TestCase):
 
     def test_no_checkpoint_yet_with_run_once(self):
         empty = testing_utils.temp_dir("no_ckpt")
-        checkpoints.write_stored_run(empty, stored_settings(DATA_DIR))
+        run_directory.RunDirectory(empty).write_settings(stored_settings(DATA_DIR))
         with self.assertRaisesRegex(checkpoints.CheckpointError, "no checkpoint in .* yet"):
             evaluation.run_evaluation(evaluation.EvalSettings(checkpoint_dir=empty, run_once=True),
                                       log=lambda line: None)
@@ -291,7 +334,7 @@ class EvaluationJobTest(unittest.TestCase):
                                                              run_once=True),
                                       log=lambda line: None)
         message = str(caught.exception)
-        self.assertIn(f"checkpoint {damaged}/model.ckpt-2 cannot be restored, it is damaged (",
+        self.assertIn(f"in {damaged} can be used (the newest, model.ckpt-2, is damaged (",
                       message)
         self.assertEqual(len(message.splitlines()), 1)
 

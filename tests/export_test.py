@@ -21,6 +21,7 @@ from inception import evaluator
 from inception import exporter
 from inception import image_processing
 from inception import model
+from inception import run_directory
 from inception import training
 from tests import sharding
 from tests import testing_utils
@@ -96,6 +97,10 @@ class TrainedRun:
         self.shards = sorted(tf.io.gfile.glob(os.path.join(self.data_dir, "validation-*")))
         self.images_bytes = validation_bytes(self.shards)
 
+    def stored_model(self):
+        """The model settings stored with the training run."""
+        return run_directory.RunDirectory(self.train_dir).read_settings().model
+
     def serving_outputs(self, images_bytes):
         """The serving signature's outputs as NumPy arrays."""
         return {name: value.numpy() for name, value in self.serve["serving_default"](
@@ -114,7 +119,7 @@ class ExportTest(unittest.TestCase):
 
     def setUp(self):
         for name in ("train_dir", "export_dir", "version_dir", "serve", "shards",
-                     "images_bytes", "serving_outputs"):
+                     "images_bytes", "serving_outputs", "stored_model"):
             setattr(self, name, getattr(RUN, name))
 
     def test_version_is_the_global_step_and_carries_the_settings(self):
@@ -127,10 +132,12 @@ class ExportTest(unittest.TestCase):
     def test_top1_equals_the_eval_graph_for_every_image(self):
         self.assertEqual(len(self.images_bytes), VALIDATION_IMAGES)
         eval_logits, _ = eval_graph_logits(os.path.join(self.train_dir, "model.ckpt-3"),
-                                           self.shards, checkpoints.read_stored_run(
-                                               self.train_dir).model)
+                                           self.shards, self.stored_model())
         outputs = self.serving_outputs(self.images_bytes)
         np.testing.assert_array_equal(outputs["classes"][:, 0], np.argmax(eval_logits, axis=1))
+        # The same ops on the same weights in two graphs that Grappler fuses differently:
+        # float32 rounding through the network (relative 1e-6 to 1e-5); a different
+        # preprocessing or weight would move logits by 1e-2 and more.
         np.testing.assert_allclose(outputs["logits"], eval_logits, rtol=1e-4, atol=1e-5)
         # A model that predicts one class for everything would agree trivially.
         self.assertGreater(np.ptp(eval_logits, axis=0).max(), 0.0)
@@ -142,6 +149,7 @@ class ExportTest(unittest.TestCase):
         logits = outputs["logits"]
         softmax = np.exp(logits - logits.max(1, keepdims=True))
         softmax /= softmax.sum(1, keepdims=True)
+        # TensorFlow's float32 softmax against NumPy's on the same logits: a few ulps.
         np.testing.assert_allclose(outputs["probabilities"],
                                    -np.sort(-softmax, axis=1)[:, :5], rtol=1e-5)
         names = ("background",) + demo_data.CLASS_NAMES
@@ -150,10 +158,10 @@ class ExportTest(unittest.TestCase):
 
     def test_both_signatures_agree(self):
         _, eval_images = eval_graph_logits(os.path.join(self.train_dir, "model.ckpt-3"),
-                                           self.shards, checkpoints.read_stored_run(
-                                               self.train_dir).model)
+                                           self.shards, self.stored_model())
         from_images = self.serve["predict_images"](images=tf.constant(eval_images))
         from_bytes = self.serving_outputs(self.images_bytes)
+        # As above: one graph, two signatures, fused differently.
         np.testing.assert_allclose(from_images["logits"].numpy(), from_bytes["logits"],
                                    rtol=1e-4, atol=1e-5)
 
@@ -212,17 +220,73 @@ class ExportTest(unittest.TestCase):
     def test_bad_sources_are_one_line_and_write_nothing(self):
         target = os.path.join(testing_utils.temp_dir("bad_export"), "out")
         empty_run = testing_utils.temp_dir("no_checkpoint")
-        shutil.copy(os.path.join(self.train_dir, checkpoints.SETTINGS_FILE), empty_run)
-        a_file = os.path.join(empty_run, checkpoints.SETTINGS_FILE)
-        cases = [(testing_utils.temp_dir("no_settings"), target, "has no model_settings.json"),
-                 (empty_run, target, "no checkpoint in"),
-                 (self.train_dir, a_file, "is a file")]
-        for source, export_dir, message in cases:
-            with self.assertRaisesRegex(exporter.ExportError, message):
+        shutil.copy(os.path.join(self.train_dir, run_directory.SETTINGS_FILE), empty_run)
+        a_file = os.path.join(empty_run, run_directory.SETTINGS_FILE)
+        cases = [(testing_utils.temp_dir("no_settings"), target, checkpoints.CheckpointError,
+                  "has no model_settings.json"),
+                 (empty_run, target, checkpoints.CheckpointError, "no checkpoint in"),
+                 (self.train_dir, a_file, exporter.ExportError, "is a file")]
+        for source, export_dir, kind, message in cases:
+            with self.assertRaisesRegex(kind, message):
                 exporter.export_training_run(source, export_dir, log=lambda line: None)
             self.assertFalse(os.path.exists(target))
         with self.assertRaisesRegex(classifier.ModelSourceError, "neither an export"):
             classifier.open_model(testing_utils.temp_dir("nothing"), log=lambda line: None)
+
+
+class CopiedRunExportTest(unittest.TestCase):
+    """A copied training directory exports its own weights, not the original's."""
+
+    def test_a_copy_exports_its_own_weights_tensor_by_tensor(self):
+        copy = os.path.join(testing_utils.temp_dir("copied_run"), "run")
+        shutil.copytree(RUN.train_dir, copy)
+        # Its `checkpoint` file as older runs wrote it: absolute paths into the original.
+        originals = [os.path.join(RUN.train_dir, f"model.ckpt-{step}") for step in (1, 2, 3)]
+        tf1.train.update_checkpoint_state(copy, originals[-1], originals)
+        changed = scaled_weights(os.path.join(copy, "model.ckpt-3"), factor=2.0)
+        version = exporter.export_training_run(
+            copy, os.path.join(testing_utils.temp_dir("copy_export"), "models"),
+            log=lambda line: None)
+        exported = saved_model_variables(version)
+        average = "/ExponentialMovingAverage"
+        self.assertTrue(any(name + average in changed for name in exported))
+        for name, value in exported.items():  # trainable weights come from their averages
+            np.testing.assert_array_equal(value, changed.get(name + average, changed.get(name)),
+                                          err_msg=name)
+        # Moved, with the original path gone: still its own.
+        moved = os.path.join(testing_utils.temp_dir("moved_run"), "run")
+        shutil.move(copy, moved)
+        self.assertEqual(run_directory.RunDirectory(moved).newest_usable(log=self.fail),
+                         os.path.join(moved, "model.ckpt-3"))
+
+    def test_an_export_to_a_read_only_place_is_one_line_before_any_work(self):
+        target = os.path.join(testing_utils.read_only_directory(self), "models")
+        with self.assertRaisesRegex(exporter.ExportError,
+                                    f"^cannot write in --export_dir={target} .*Read-only file "
+                                    "system.*; pass a directory you can write.$"):
+            exporter.export_training_run(RUN.train_dir, target, log=lambda line: None)
+
+
+def scaled_weights(prefix, factor):
+    """Rewrites the checkpoint at `prefix` with every float tensor times `factor`; returns its
+    new {name: value}."""
+    reader = tf1.train.NewCheckpointReader(prefix)
+    values = {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+    with tf.Graph().as_default():
+        variables = [tf1.Variable(value * factor if value.dtype.kind == "f" else value,
+                                  name=name) for name, value in values.items()]
+        with tf1.Session() as session:
+            session.run(tf1.global_variables_initializer())
+            tf1.train.Saver({v.op.name: v for v in variables}).save(
+                session, prefix, write_meta_graph=False, write_state=False)
+    return {name: value * factor if value.dtype.kind == "f" else value
+            for name, value in values.items()}
+
+
+def saved_model_variables(version_dir):
+    """{variable name: value} of an exported SavedModel's variables."""
+    reader = tf1.train.NewCheckpointReader(os.path.join(version_dir, "variables", "variables"))
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
 
 
 class ClassifyTest(unittest.TestCase):
@@ -258,16 +322,21 @@ class ClassifyTest(unittest.TestCase):
             classifier.open_model(self.source.train_dir, log=lambda line: None), files)
         for exported, in_memory in zip(from_export, from_checkpoint):
             self.assertEqual(exported.classes, in_memory.classes)
+            # A SavedModel against the same graph in memory: float32 rounding (see above).
             np.testing.assert_allclose(exported.probabilities, in_memory.probabilities,
                                        rtol=1e-4)
 
-    def test_the_binary_prints_blocks_writes_json_and_exits_1(self):
-        output_json = os.path.join(testing_utils.temp_dir("json"), "out.jsonl")
-        completed = subprocess.run(
+    def classify(self, output_json):
+        """The classify binary on the test folder with the export; the completed process."""
+        return subprocess.run(
             [sys.executable, "-m", "inception.classify", f"--model={self.source.export_dir}",
              f"--output_json={output_json}", self.folder],
             capture_output=True, text=True, timeout=240, check=False,
             env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+
+    def test_the_binary_prints_blocks_writes_json_and_exits_1(self):
+        output_json = os.path.join(testing_utils.temp_dir("json"), "out.jsonl")
+        completed = self.classify(output_json)
         self.assertEqual(completed.returncode, 1, completed.stderr[-2000:])
         self.assertIn("1 of 5 images could not be classified", completed.stderr)
         self.assertIn("image1b.jpg\n  error: not a readable", completed.stdout)
@@ -276,6 +345,15 @@ class ClassifyTest(unittest.TestCase):
         self.assertEqual(len(lines), 5)
         self.assertEqual(len(lines[0]["top_k"]), 5)
         self.assertIn(lines[0]["top_k"][0]["label"], demo_data.CLASS_NAMES + ("background",))
+
+    def test_an_output_json_that_cannot_be_written_is_one_line_before_the_model_loads(self):
+        output_json = os.path.join(testing_utils.temp_dir("json"), "no", "such", "out.jsonl")
+        completed = self.classify(output_json)
+        self.assertEqual(completed.returncode, 1, completed.stderr[-2000:])
+        self.assertEqual(completed.stderr.strip().splitlines()[-1],
+                         f"error: cannot write --output_json={output_json} (No such file or "
+                         "directory); pass a file in a directory you can write.")
+        self.assertNotIn("loading the SavedModel", completed.stdout)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from inception import settings as settings_lib
 from inception import plans
 from inception import training
 from inception.compat import tf_slim as slim
+from inception import run_directory
 from tests import sharding
 from tests import testing_utils
 
@@ -128,7 +129,7 @@ class FineTuningTest(unittest.TestCase):
                                     r"shape \[1001\].*\[6\].*--fine_tune"):
             training.train(options(train_dir, pretrained_model_checkpoint_path=self.published),
                            log=lambda line: None)
-        self.assertIsNone(checkpoints.latest_checkpoint(train_dir))
+        self.assertIsNone(run_directory.RunDirectory(train_dir).newest())
 
     def test_exclude_scopes_instead_of_fine_tune(self):
         lines = []

@@ -100,6 +100,8 @@ class TowersOnGpusTest(unittest.TestCase):
         cpu_loss, cpu, _ = testing_utils.run_towers(images, labels, model_fn, ["/cpu:0"],
                                                     testing_utils.cpu_session_config(1))
         self.assertEqual(sorted(two), sorted(cpu))
+        # TF32 is off above: GPU float32 kernels against the CPU's, rounding only (cuDNN and
+        # oneDNN sum in other orders); a wrong split of the towers moves these by 1e-2.
         for loss in (two_loss, one_loss):
             np.testing.assert_allclose(loss, cpu_loss, rtol=0, atol=1e-5)
         for name, value in cpu.items():
@@ -112,6 +114,9 @@ class TowersOnGpusTest(unittest.TestCase):
         for name, device in on_gpu.variable_devices.items():
             self.assertIn(f"{KIND}:0", device.upper(), name)
         self.assertTrue(ran(on_gpu, KIND, "ResourceApplyRMSProp"))
+        # The towers run on the GPU in both (TF32 on): only where the update runs differs, and
+        # the loss of one step of a tiny network reorders float sums; 1e-3 is TF32's 10-bit
+        # mantissa, the coarsest arithmetic in the step.
         np.testing.assert_allclose(on_gpu.losses, on_cpu.losses, rtol=1e-3)
         for name, update in on_cpu.updates.items():
             if "Logits" in name:
@@ -122,12 +127,14 @@ class TowersOnGpusTest(unittest.TestCase):
         compiled = self.step(xla=True)
         self.assertIn("_XlaRun", compiled.ran)
         self.assertNotIn("_XlaRun", plain.ran)
+        # Fused and reordered TF32 arithmetic (10-bit mantissa): see the CPU's xla_test.
         np.testing.assert_allclose(compiled.losses, plain.losses, rtol=1e-3)
 
     def test_staged_inputs_train_what_unstaged_ones_do(self):
         plain = self.step(steps=3)
         staged = self.step(steps=3, stage_inputs=True)
         self.assertTrue(ran(staged, KIND, "Unstage"))
+        # The same batches through the same kernels (TF32): staging moves data, no arithmetic.
         np.testing.assert_allclose(staged.losses, plain.losses, rtol=1e-3)
 
     def test_layout_optimizer_converts_the_fp32_graph_to_nchw(self):

@@ -104,6 +104,8 @@ class GanStagesTest(unittest.TestCase):
                 self.assertEqual(sorted(two), expected_variables[stage.name])
                 self.assertEqual(sorted(one), sorted(two))
                 for name in one:
+                    # Two towers against one device: float32 sums in another order (see
+                    # towers_test); a gradient of the wrong stage would differ by its size.
                     np.testing.assert_allclose(two[name], one[name], atol=1e-5, err_msg=name)
                     self.assertGreater(np.abs(one[name]).max(), 0.0, name)
 

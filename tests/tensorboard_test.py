@@ -108,6 +108,7 @@ class TensorBoardTest(unittest.TestCase):
         self.assertEqual(len(tower), 3)
         tower0 = dict(self.scalars(".", "tower_0/total_loss"))
         for step, value in mean_loss:
+            # float32 summaries (7 digits) of losses of order 1: 4 places is their rounding.
             self.assertAlmostEqual(value, (tower0[step] + dict(tower)[step]) / 2, places=4)
         precision = self.scalars("eval_validation", "eval/precision_at_1")
         self.assertEqual(precision[0][0], 3)

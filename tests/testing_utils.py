@@ -4,6 +4,7 @@ import dataclasses
 import functools
 import glob
 import os
+import subprocess
 import tempfile
 from unittest import mock
 
@@ -25,6 +26,23 @@ tf1 = tf.compat.v1
 def temp_dir(prefix):
     """A fresh directory under Bazel's TEST_TMPDIR (or the system's temporary directory)."""
     return tempfile.mkdtemp(prefix=prefix, dir=os.environ.get("TEST_TMPDIR"))
+
+
+def read_only_directory(test, populate=None):
+    """A directory on a read-only file system (a tmpfs mounted read-only, unmounted when
+    `test` ends), after `populate(path)` wrote into it; skips `test`, saying why, where this
+    machine cannot mount one (a permission check would not do: tests often run as root)."""
+    path = temp_dir("read_only")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", path],
+                             capture_output=True, text=True, check=False)
+    if mounted.returncode != 0:
+        test.skipTest("cannot mount a read-only file system here "
+                      f"({mounted.stderr.strip() or mounted.returncode})")
+    test.addCleanup(subprocess.run, ["umount", path], check=False)
+    if populate is not None:
+        populate(path)
+    subprocess.run(["mount", "-o", "remount,ro", path], check=True)
+    return path
 
 
 def cpu_session_config(num_devices):
@@ -103,6 +121,24 @@ def synthetic_input(batch_size):
     return input_pipeline.InputBatch(images=image_batch, labels=label_batch,
                                      corrupt_records=tf.constant(0, tf.int64),
                                      initializer=iterator.initializer)
+
+
+def numbered_batches(transform, batch_size=8):
+    """An InputBatch of random 8x8 images and labels in [0, 4), forever; each batch passes
+    through `transform(images, labels, number)` with its 1-based number (faults tied to the
+    data, not to the step: a rollback skips them)."""
+    images, labels = random_batch(64)
+
+    def batch(index):
+        rows = (index * batch_size + tf.range(batch_size, dtype=tf.int64)) % 64
+        return transform(tf.gather(images, rows), tf.gather(labels, rows), index + 1)
+    iterator = tf1.data.make_initializable_iterator(tf.data.Dataset.range(10**6).map(batch))
+    image_batch, label_batch = iterator.get_next()
+    image_batch.set_shape([batch_size, 8, 8, 3])
+    label_batch.set_shape([batch_size])
+    return input_pipeline.InputBatch(
+        images=image_batch, labels=label_batch, corrupt_records=tf.constant(0, tf.int64),
+        initializer=iterator.initializer)
 
 
 def run_towers(images, labels, model_fn, devices, config, var_scopes=None):
@@ -256,6 +292,15 @@ def save_initial_weights(devices, config, settings=TINY_INCEPTION):
         with tf1.Session(config=config) as session:
             session.run(tf1.global_variables_initializer())
             return saver.save(session, os.path.join(temp_dir("weights"), "initial"))
+
+
+def assert_finite_checkpoint(test, path):
+    """Every float tensor of the checkpoint at `path` is finite."""
+    reader = tf.train.load_checkpoint(path)
+    for name in reader.get_variable_to_shape_map():
+        value = reader.get_tensor(name)
+        if np.issubdtype(np.asarray(value).dtype, np.floating):
+            test.assertTrue(np.all(np.isfinite(value)), name)
 
 
 def train_small_model(train_dir, max_steps, save_checkpoint_steps=2, log=None, **loop_settings):

@@ -33,6 +33,9 @@ class TowerEquivalenceTest(unittest.TestCase):
         for num_towers in (2, 4):
             with self.subTest(num_towers=num_towers):
                 loss, grads, _ = build_and_run(num_towers, images, labels, model_fn)
+                # The towers sum the same float32 per-example terms in another order (N
+                # partial means, then their mean): rounding of order 1e-7 per term, on a loss
+                # and gradients of order 1; a missing or double-counted term moves them 1e-2.
                 np.testing.assert_allclose(loss, single_loss, rtol=0, atol=1e-5)
                 self.assertEqual(sorted(grads), sorted(single_grads))
                 for name, value in grads.items():
@@ -54,6 +57,8 @@ class TowerEquivalenceTest(unittest.TestCase):
             with tf1.Session() as session:
                 session.run(tf1.global_variables_initializer())
                 plain_loss, plain_grads = session.run([total, plain])
+        # The same ops in the same order, built twice: only the thread pool's reduction order
+        # can differ (float32 rounding, of order 1e-7 here).
         np.testing.assert_allclose(loss, plain_loss, atol=1e-6)
         for name, value in plain_grads.items():
             np.testing.assert_allclose(grads[name], value, atol=1e-6, err_msg=name)

@@ -8,12 +8,11 @@ import unittest
 import numpy as np
 import tensorflow as tf
 
-from inception import checkpoints
-from inception import input_pipeline
 from inception import train_graph
 from inception import loop_guards
 from inception import settings as settings_lib
 from inception import train_loop
+from inception import run_directory
 from tests import sharding
 from tests import testing_utils
 
@@ -69,25 +68,12 @@ def _inf_statistic(when):
 
 
 def poisoned_batches(first, last=None):
-    """An InputBatch of the small model's batches, the `first`..`last` (1-based, inclusive;
-    None: every later one) made of NaN: faults tied to the data, not to the step."""
-    images, labels = testing_utils.random_batch(64)
-    def batch(index):
-        rows = (index * BATCH + tf.range(BATCH, dtype=tf.int64)) % 64
-        return tf.gather(images, rows), tf.gather(labels, rows), index + 1
-    dataset = tf.data.Dataset.range(10**6).map(batch)
-
-    def poison(batch_images, batch_labels, number):
+    """The small model's batches, the `first`..`last` (1-based, inclusive; None: every later
+    one) made of NaN: faults tied to the data, not to the step."""
+    def poison(images, labels, number):
         bad = number >= first if last is None else (number >= first) & (number <= last)
-        return (tf.where(bad, batch_images * np.float32("nan"), batch_images), batch_labels)
-    dataset = dataset.map(poison)
-    iterator = tf1.data.make_initializable_iterator(dataset)
-    image_batch, label_batch = iterator.get_next()
-    image_batch.set_shape([BATCH, 8, 8, 3])
-    label_batch.set_shape([BATCH])
-    return input_pipeline.InputBatch(
-        images=image_batch, labels=label_batch, corrupt_records=tf.constant(0, tf.int64),
-        initializer=iterator.initializer)
+        return tf.where(bad, images * np.float32("nan"), images), labels
+    return testing_utils.numbered_batches(poison, BATCH)
 
 
 def build_graph_fn(input_fn=None, **factory_args):
@@ -112,15 +98,6 @@ def run(train_dir, max_steps, log=None, settings=None, input_fn=None, **factory_
                                    testing_utils.cpu_session_config(NUM_TOWERS),
                                    loop_settings(train_dir, max_steps, **(settings or {})),
                                    log=log if log is not None else (lambda line: None))
-
-
-def assert_finite_checkpoint(test, path):
-    """Every float tensor of the checkpoint at `path` is finite."""
-    reader = tf.train.load_checkpoint(path)
-    for name in reader.get_variable_to_shape_map():
-        value = reader.get_tensor(name)
-        if np.issubdtype(np.asarray(value).dtype, np.floating):
-            test.assertTrue(np.all(np.isfinite(value)), name)
 
 
 def train_steps(variable_device, steps=3):
@@ -153,6 +130,8 @@ class VariableDeviceTest(unittest.TestCase):
         self.assertEqual(sorted(on_cpu0), sorted(on_cpu2))
         self.assertGreater(on_cpu0["global_step"], 0)
         for name, value in on_cpu0.items():
+            # The same kernels on another virtual CPU device of this machine: equal up to the
+            # thread pool's reduction order (float32 rounding, relative 1e-7).
             np.testing.assert_allclose(on_cpu2[name], value, rtol=1e-6, atol=1e-7,
                                        err_msg=name)
 
@@ -167,10 +146,10 @@ class NanCheckTest(unittest.TestCase):
         self.assertEqual(error.step, 8)
         self.assertEqual(error.bad_towers, [0])
         self.assertIn("step 8 in tower_0 (", str(error))
-        latest = checkpoints.latest_checkpoint(train_dir)
+        latest = run_directory.RunDirectory(train_dir).newest()
         self.assertEqual(latest, os.path.join(train_dir, "model.ckpt-5"))
         self.assertIn("model.ckpt-5", str(error))
-        assert_finite_checkpoint(self, latest)
+        testing_utils.assert_finite_checkpoint(self, latest)
         reader = tf.train.load_checkpoint(latest)
         self.assertEqual(int(reader.get_tensor("global_step")), 5)
 
@@ -185,18 +164,18 @@ class NanCheckTest(unittest.TestCase):
         self.assertEqual(error.step, 10)
         self.assertEqual(error.bad_towers, [0])
         self.assertIn("the update of step 10 is not finite in tower_0", str(error))
-        self.assertIn("the last good checkpoint is " + os.path.join(train_dir, "model.ckpt-5"),
+        self.assertIn("the last healthy checkpoint is " + os.path.join(train_dir, "model.ckpt-5"),
                       str(error))
-        self.assertEqual(checkpoints.latest_checkpoint(train_dir),
+        self.assertEqual(run_directory.RunDirectory(train_dir).newest(),
                          os.path.join(train_dir, "model.ckpt-5"))
         self.assertFalse(os.path.exists(os.path.join(train_dir, "model.ckpt-10.index")))
-        assert_finite_checkpoint(self, checkpoints.latest_checkpoint(train_dir))
+        testing_utils.assert_finite_checkpoint(self, run_directory.RunDirectory(train_dir).newest())
         # A rerun without the fault (a sane learning rate) continues from the good checkpoint.
         lines = []
         resumed = run(train_dir, 12, log=lines.append)
         self.assertEqual(resumed.step, 12)
         self.assertTrue(any("resumed from" in line and "(step 5)" in line for line in lines))
-        assert_finite_checkpoint(self, resumed.checkpoint)
+        testing_utils.assert_finite_checkpoint(self, resumed.checkpoint)
 
     def test_a_checkpoint_is_never_written_with_non_finite_variables(self):
         # Losses and gradients stay finite; a statistic outside the gradients turns Inf. The
@@ -209,15 +188,15 @@ class NanCheckTest(unittest.TestCase):
                 saved_at = 10 if max_steps == 20 else 3
                 self.assertIn(f"not finite at step {saved_at} (e.g. net/statistic)",
                               str(caught.exception))
-                for path in checkpoints.all_checkpoints(train_dir):
-                    assert_finite_checkpoint(self, path)
+                for path in run_directory.RunDirectory(train_dir).listed():
+                    testing_utils.assert_finite_checkpoint(self, path)
 
     def test_nan_in_the_last_tower_is_caught_too(self):
         train_dir = testing_utils.temp_dir("nan_last")
         with self.assertRaises(loop_guards.NonFiniteLossError) as caught:
             run(train_dir, 20, nan_tower=NUM_TOWERS - 1, nan_from_step=3)
         self.assertEqual(caught.exception.bad_towers, [NUM_TOWERS - 1])
-        self.assertIsNone(checkpoints.latest_checkpoint(train_dir))
+        self.assertIsNone(run_directory.RunDirectory(train_dir).newest())
         self.assertIn("no checkpoint was written", str(caught.exception))
 
     def test_finite_run_logs_mean_over_towers(self):
@@ -254,7 +233,7 @@ class RollbackTest(unittest.TestCase):
                       "skipping the 2 batch(es) since (rollback 1 of at most 3)", rolled[0])
         scalars = testing_utils.read_scalars(train_dir)
         self.assertEqual(scalars["nan_rollbacks"], [(7, 1.0)])
-        assert_finite_checkpoint(self, result.checkpoint)
+        testing_utils.assert_finite_checkpoint(self, result.checkpoint)
         self.assertEqual(int(tf.train.load_checkpoint(result.checkpoint).get_tensor(
             "global_step")), 12)
 
@@ -268,9 +247,9 @@ class RollbackTest(unittest.TestCase):
         self.assertEqual(len([line for line in lines if "rolled back" in line]), 2)
         self.assertTrue(any("2 rollback(s) already (--max_nan_rollbacks=2); stopping." in line
                             for line in lines))
-        self.assertIn("the last good checkpoint is " + os.path.join(train_dir, "model.ckpt-5"),
+        self.assertIn("the last healthy checkpoint is " + os.path.join(train_dir, "model.ckpt-5"),
                       str(caught.exception))
-        assert_finite_checkpoint(self, checkpoints.latest_checkpoint(train_dir))
+        testing_utils.assert_finite_checkpoint(self, run_directory.RunDirectory(train_dir).newest())
 
     def test_before_any_checkpoint_a_rollback_restarts_from_the_initial_weights(self):
         train_dir = testing_utils.temp_dir("rollback_start")
@@ -300,7 +279,7 @@ class SaveFailureTest(unittest.TestCase):
 
         tf1.train.Saver.save = save_on_a_full_disk
         try:
-            with self.assertRaises(checkpoints.CheckpointWriteError) as caught:
+            with self.assertRaises(run_directory.CheckpointWriteError) as caught:
                 run(train_dir, 8)
         finally:
             tf1.train.Saver.save = original_save
@@ -312,7 +291,7 @@ class SaveFailureTest(unittest.TestCase):
         self.assertRegex(message, r"needs about [\d,.]+ [KMG]B \([\d,.]+ [KMG]B free\)")
         self.assertIn("the newest checkpoint is still " + os.path.join(train_dir, "model.ckpt-5"),
                       message)
-        self.assertEqual(checkpoints.latest_checkpoint(train_dir),
+        self.assertEqual(run_directory.RunDirectory(train_dir).newest(),
                          os.path.join(train_dir, "model.ckpt-5"))
         self.assertEqual([name for name in os.listdir(train_dir) if "tempstate" in name], [])
         resumed = run(train_dir, 8)  # space again: the rerun resumes from step 5
@@ -362,7 +341,7 @@ class SignalTest(unittest.TestCase):
         self.assertEqual(result.stopped_by_signal, signal.SIGTERM)
         self.assertLess(result.step, 10**7)
         self.assertEqual(result.checkpoint, os.path.join(train_dir, f"model.ckpt-{result.step}"))
-        self.assertEqual(checkpoints.latest_checkpoint(train_dir), result.checkpoint)
+        self.assertEqual(run_directory.RunDirectory(train_dir).newest(), result.checkpoint)
         self.assertIs(signal.getsignal(signal.SIGTERM), signal.SIG_DFL)
 
 

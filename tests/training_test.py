@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import os
+import shutil
 import re
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from inception import datasets
 from inception import devices
 from inception import settings as settings_lib
 from inception import training
+from inception import run_directory
 from tests import sharding
 from tests import testing_utils
 
@@ -59,7 +61,7 @@ class ShortRunTest(unittest.TestCase):
             towers = [dict(scalars[f"tower_{i}/total_loss"])[step] for i in range(2)]
             self.assertAlmostEqual(dict(scalars["mean_loss"])[step], sum(towers) / 2, places=4)
 
-        with open(os.path.join(train_dir, checkpoints.SETTINGS_FILE), encoding="utf-8") as handle:
+        with open(os.path.join(train_dir, run_directory.SETTINGS_FILE), encoding="utf-8") as handle:
             stored = json.load(handle)
         self.assertEqual(stored, {"dataset": "demo", "data_dir": DATA_DIR, "image_size": 107,
                                   "depth_multiplier": 0.1, "num_classes": 6})
@@ -70,7 +72,7 @@ class ShortRunTest(unittest.TestCase):
             save_checkpoint_steps=100), log=lines.append)
         self.assertEqual(resumed.step, 5)
         self.assertTrue(any("resumed from" in line and "(step 3)" in line for line in lines))
-        reader = tf.train.load_checkpoint(checkpoints.latest_checkpoint(train_dir))
+        reader = tf.train.load_checkpoint(run_directory.RunDirectory(train_dir).newest())
         self.assertEqual(int(reader.get_tensor("global_step")), 5)
 
 
@@ -110,7 +112,7 @@ class BadInputTest(unittest.TestCase):
         with self.assertRaisesRegex(error_type, pattern):
             training.train(options, log=lambda line: None)
         self.assertFalse(os.path.exists(os.path.join(options.train_dir,
-                                                     checkpoints.SETTINGS_FILE)))
+                                                     run_directory.SETTINGS_FILE)))
 
     def test_batch_size_not_divisible_by_towers(self):
         self.assert_fails_without_writing(
@@ -128,7 +130,20 @@ class BadInputTest(unittest.TestCase):
             handle.write("a\nb\n")
         self.assert_fails_without_writing(
             tiny_options(testing_utils.temp_dir("bad"), data_dir=empty, dataset=""),
-            datasets.DataError, "no 'train-\\*-of-\\*' shards")
+            datasets.DataError, "holds no train-\\*-of-\\* or validation-\\*-of-\\* shards")
+
+    def test_an_empty_data_dir_or_a_folder_of_images_is_told_to_build_shards(self):
+        empty = testing_utils.temp_dir("empty_data")
+        self.assert_fails_without_writing(
+            tiny_options(testing_utils.temp_dir("bad"), data_dir=empty, dataset=""),
+            datasets.DataError, "is empty: no .* shards; build them from a folder of images "
+                                "with `bin/bazel run //data:build_image_data")
+        photos = testing_utils.temp_dir("photos")
+        os.makedirs(os.path.join(photos, "train", "cats"))
+        self.assert_fails_without_writing(
+            tiny_options(testing_utils.temp_dir("bad"), data_dir=photos, dataset=""),
+            datasets.DataError, "holds folders \\(train\\), not TFRecord shards; if they are "
+                                "images, build shards from them")
 
     def test_shards_with_no_records(self):
         empty = testing_utils.temp_dir("empty_shards")
@@ -140,6 +155,7 @@ class BadInputTest(unittest.TestCase):
 
     def test_no_labels_file_needs_num_classes(self):
         bare = testing_utils.temp_dir("bare")
+        open(os.path.join(bare, "train-00000-of-00001"), "wb").close()
         self.assert_fails_without_writing(
             tiny_options(testing_utils.temp_dir("bad"), data_dir=bare, dataset=""),
             datasets.DataError, "--num_classes")
@@ -147,13 +163,24 @@ class BadInputTest(unittest.TestCase):
     def test_settings_that_contradict_the_checkpoints(self):
         train_dir = testing_utils.temp_dir("conflict")
         training.train(tiny_options(train_dir, max_steps=1), log=lambda line: None)
-        with open(os.path.join(train_dir, checkpoints.SETTINGS_FILE), encoding="utf-8") as f:
+        with open(os.path.join(train_dir, run_directory.SETTINGS_FILE), encoding="utf-8") as f:
             before = f.read()
         with self.assertRaisesRegex(checkpoints.CheckpointError,
                                     "trained with image_size=107, not 128"):
             training.train(tiny_options(train_dir, image_size=128), log=lambda line: None)
-        with open(os.path.join(train_dir, checkpoints.SETTINGS_FILE), encoding="utf-8") as f:
+        with open(os.path.join(train_dir, run_directory.SETTINGS_FILE), encoding="utf-8") as f:
             self.assertEqual(f.read(), before)
+        # Data with other labels is named in labels, not logits, with what to do instead.
+        relabelled = testing_utils.temp_dir("relabelled")
+        for name in os.listdir(DATA_DIR):
+            shutil.copy(os.path.join(DATA_DIR, name), relabelled)
+        with open(os.path.join(relabelled, "labels.txt"), "a", encoding="utf-8") as handle:
+            handle.write("hexagon\n")
+        with self.assertRaisesRegex(checkpoints.CheckpointError,
+                                    r"trained on 5 labels \(demo\), but this data has 6; pass "
+                                    r"a new --train_dir .*--fine_tune"):
+            training.train(tiny_options(train_dir, data_dir=relabelled, dataset=""),
+                           log=lambda line: None)
 
     def test_variables_on_a_gpu_the_machine_lacks(self):
         self.assert_fails_without_writing(

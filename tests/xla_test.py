@@ -45,15 +45,21 @@ class XlaTest(unittest.TestCase):
         plain_ops, plain_losses, plain = inception_step(xla=False)
         self.assertIn("_XlaRun", compiled_ops)
         self.assertNotIn("_XlaRun", plain_ops)
-        # Same weights, same batch: XLA fuses and reorders float arithmetic, nothing more.
-        np.testing.assert_allclose(compiled_losses, plain_losses, rtol=1e-4)
+        # Same weights, same batch: XLA fuses and reorders float arithmetic, nothing more. In
+        # float32 through ~95 layers with batch norm over 8 examples, that reordering alone
+        # moved the loss by up to 1.03e-4 (relative) against the plain step, measured on an
+        # AVX2 CPU with oneDNN, with oneDNN capped at SSE4.1 (5.6e-5) and with TensorFlow's own
+        # kernels (TF_ENABLE_ONEDNN_OPTS=0); an AVX-512 CPU stayed under 1e-4. 1e-3 keeps ten
+        # times that margin; a cluster computing something else moves the loss by percents.
+        np.testing.assert_allclose(compiled_losses, plain_losses, rtol=1e-3)
         self.assertEqual(sorted(compiled), sorted(plain))
         for name, update in plain.items():
             relative = np.linalg.norm(compiled[name] - update) / np.linalg.norm(update)
-            if "Logits" in name:  # one layer from the loss: only rounding
-                self.assertLess(relative, 1e-3, name)
+            if "Logits" in name:  # one layer from the loss: rounding only, 6.0e-4 measured
+                self.assertLess(relative, 3e-3, name)  # on the same three kernel sets
             # Further down, rounding grows through every batch norm over 8 examples (about
-            # 5% at the first layer here, measured); a wrong gradient would point elsewhere.
+            # 5% at the first layer here; cosine >= 0.997 measured); a wrong gradient would
+            # point elsewhere.
             cosine = np.sum(compiled[name] * update) / (
                 np.linalg.norm(compiled[name]) * np.linalg.norm(update))
             self.assertGreater(cosine, 0.99, name)

@@ -20,9 +20,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from bench.device_lock import held_since  # noqa: E402  pylint: disable=wrong-import-position
 from bench.device_lock import hold_device  # noqa: E402  pylint: disable=wrong-import-position
-from inception import cli  # noqa: E402  pylint: disable=wrong-import-position
+from inception.driver import startup  # noqa: E402  pylint: disable=wrong-import-position
 
-cli.allow_xla_on_cpu()  # for "xla": before TensorFlow reads its XLA flags
+startup.allow_xla_on_cpu()  # for "xla": before TensorFlow reads its XLA flags
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -100,12 +100,12 @@ def ours(settings):
     Towers go where training puts them: one per GPU (GPUs split into virtual devices of
     `virtual_gpu_memory_mb` when there are more towers than GPUs), else virtual CPU devices.
     """
-    from inception import datasets  # pylint: disable=import-outside-toplevel
-    from inception import devices  # pylint: disable=import-outside-toplevel
-    from inception import loss_scaling  # pylint: disable=import-outside-toplevel
-    from inception import model  # pylint: disable=import-outside-toplevel
-    from inception import settings as settings_lib  # pylint: disable=import-outside-toplevel
-    from inception import train_graph  # pylint: disable=import-outside-toplevel
+    from inception.config import settings as settings_lib  # pylint: disable=import-outside-toplevel
+    from inception.inputs import datasets  # pylint: disable=import-outside-toplevel
+    from inception.model import network  # pylint: disable=import-outside-toplevel
+    from inception.parallel import devices  # pylint: disable=import-outside-toplevel
+    from inception.parallel import loss_scaling  # pylint: disable=import-outside-toplevel
+    from inception.parallel import step_graph  # pylint: disable=import-outside-toplevel
     batch, size, towers = settings["batch_size"], settings["image_size"], settings["towers"]
     precision = settings.get("precision", "fp32")
     placement = devices.plan_towers(towers, gpu_count(),
@@ -123,9 +123,9 @@ def ours(settings):
     graph = tf.Graph()
     with graph.as_default():
         input_batch = synthetic_input(batch, size)
-        built = train_graph.build_train_graph(
+        built = step_graph.build_train_graph(
             input_batch,
-            lambda decay: model.make_model_fn(model_settings, decay, compute_dtype),
+            lambda decay: network.make_model_fn(model_settings, decay, compute_dtype),
             imagenet, placement.tower_devices,
             datasets.KNOWN_DATASETS["imagenet"].examples["train"],
             initial_loss_scale=loss_scaling.INITIAL_SCALE if precision == "fp16" else None,
@@ -186,14 +186,14 @@ def step_profile(session, train_op, profile_dir, top=12):
 
 def synthetic_input(batch, size):
     """An InputBatch repeating one random batch held in memory (no decoding cost)."""
-    from inception import input_pipeline  # pylint: disable=import-outside-toplevel
+    from inception.inputs import pipeline  # pylint: disable=import-outside-toplevel
     rng = np.random.RandomState(0)
     images = rng.uniform(-1, 1, size=(batch, size, size, 3)).astype(np.float32)
     labels = rng.randint(1, NUM_CLASSES, size=batch).astype(np.int32)
     dataset = tf.data.Dataset.from_tensors((images, labels)).repeat()
     iterator = tf1.data.make_initializable_iterator(dataset)
     image_batch, label_batch = iterator.get_next()
-    return input_pipeline.InputBatch(images=image_batch, labels=label_batch,
+    return pipeline.InputBatch(images=image_batch, labels=label_batch,
                                      corrupt_records=tf.constant(0, tf.int64),
                                      initializer=iterator.initializer)
 
@@ -247,11 +247,11 @@ def pipeline(settings):
     With `threads` = 1 the pipeline gets a private one-thread pool (images/sec per core);
     0 lets tf.data use every core.
     """
-    from inception import input_pipeline  # pylint: disable=import-outside-toplevel
+    from inception.inputs import pipeline  # pylint: disable=import-outside-toplevel
     shards = jpeg_shards(settings.get("pipeline_images", 256), settings["work_dir"])
     batch = settings["batch_size"]
     with tf.Graph().as_default():
-        input_batch = input_pipeline.build_train_input(
+        input_batch = pipeline.build_train_input(
             shards, batch, settings["image_size"], NUM_CLASSES, seed=1,
             threads=settings.get("threads", 0))
         hold_device(settings)
@@ -266,9 +266,11 @@ def pipeline(settings):
 
 def jpeg_shards(count, work_dir):
     """Shards of `count` ImageNet-sized JPEGs (about 500x375, smooth random content)."""
-    from data import tfrecord_format  # pylint: disable=import-outside-toplevel
-    from PIL import Image  # pylint: disable=import-outside-toplevel
     import io  # pylint: disable=import-outside-toplevel
+
+    from PIL import Image  # pylint: disable=import-outside-toplevel
+
+    from data import tfrecord_format  # pylint: disable=import-outside-toplevel
     path = os.path.join(work_dir, tfrecord_format.shard_name("train", 0, 1))
     if os.path.exists(path):
         return [path]

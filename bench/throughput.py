@@ -21,16 +21,17 @@ import sys
 import tempfile
 import time
 
+from common import cli
 from common import files
 from common import machine
-from inception import cli
+from inception.driver import startup
 
-cli.quiet_tensorflow()
+startup.quiet_tensorflow()
 
 from absl import app  # noqa: E402  pylint: disable=wrong-import-position
 from absl import flags  # noqa: E402  pylint: disable=wrong-import-position
 
-from inception import devices  # noqa: E402  pylint: disable=wrong-import-position
+from inception.parallel import devices  # noqa: E402  pylint: disable=wrong-import-position
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("output_json", "bench_results.json", "Where to write the report.")

@@ -13,7 +13,8 @@ import os
 import shutil
 
 import numpy as np
-from PIL import Image, ImageDraw
+from PIL import Image
+from PIL import ImageDraw
 
 from data import tfrecord_format
 

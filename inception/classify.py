@@ -14,8 +14,9 @@ import sys
 from absl import app
 from absl import flags
 
+from common import cli
 from common import image_limits
-from inception import cli
+from inception.driver import startup
 
 FLAGS = flags.FLAGS
 
@@ -61,27 +62,27 @@ def open_output(output_json):
 
 def main(argv):
     model_path, paths, output_json = check_flags(argv)
-    cli.quiet_tensorflow()
-    from inception import classifier  # pylint: disable=import-outside-toplevel
+    startup.quiet_tensorflow()
     from common.progress import ProgressBar  # pylint: disable=import-outside-toplevel
-    files, missing = classifier.image_files(paths)
+    from inception.serving import predictor  # pylint: disable=import-outside-toplevel
+    files, missing = predictor.image_files(paths)
     for path in missing:
         print(f"error: {path} does not exist", file=sys.stderr, flush=True)
     if not files:
         cli.fail("no image files found in " + ", ".join(paths))
-    if FLAGS["max_image_pixels"].present and classifier.saved_model_version(model_path):
+    if FLAGS["max_image_pixels"].present and predictor.saved_model_version(model_path):
         cli.log("note: --max_image_pixels is for a training directory; this export refuses "
                 "images over the limit it was exported with.")
     json_file = open_output(output_json)
     try:
-        predict = classifier.open_model(model_path, log=cli.log,
+        predict = predictor.open_model(model_path, log=cli.log,
                                         max_pixels=FLAGS.max_image_pixels)
     except ValueError as error:
         cli.fail(error)
     progress = ProgressBar(len(files), "images") if len(files) > PROGRESS_AFTER else None
     failed = len(missing)
     with json_file:
-        for prediction in classifier.classify_files(
+        for prediction in predictor.classify_files(
                 predict, files, FLAGS.batch_size, progress.update if progress else None):
             if progress:
                 progress.clear()

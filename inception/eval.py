@@ -8,8 +8,9 @@ before TensorFlow loads (settings.py).
 from absl import app
 from absl import flags
 
-from inception import cli
-from inception import settings as settings_lib
+from common import cli
+from inception.config import settings as settings_lib
+from inception.driver import startup
 
 FLAGS = flags.FLAGS
 
@@ -49,10 +50,10 @@ def main(argv):
     if len(argv) > 1:
         cli.fail(f"unexpected arguments {argv[1:]}; flags look like --run_once.", code=2)
     settings = settings_from_flags()
-    cli.quiet_tensorflow()
-    from inception import evaluation  # pylint: disable=import-outside-toplevel
+    startup.quiet_tensorflow()
+    from inception.validation import job  # pylint: disable=import-outside-toplevel
     try:
-        evaluation.run_evaluation(settings, log=cli.log)
+        job.run_evaluation(settings, log=cli.log)
     except ValueError as error:
         cli.fail(error)
 

@@ -11,8 +11,9 @@ import os
 from absl import app
 from absl import flags
 
+from common import cli
 from common import image_limits
-from inception import cli
+from inception.driver import startup
 
 FLAGS = flags.FLAGS
 
@@ -50,10 +51,10 @@ def main(argv):
     if len(argv) > 1:
         cli.fail(f"unexpected arguments {argv[1:]}; flags look like --export_dir=DIR.", 2)
     checkpoint_dir, checkpoint_path, export_dir = check_flags()
-    cli.quiet_tensorflow()
-    from inception import exporter  # pylint: disable=import-outside-toplevel
+    startup.quiet_tensorflow()
+    from inception.serving import saved_model  # pylint: disable=import-outside-toplevel
     try:
-        version_dir = exporter.export_training_run(checkpoint_dir, export_dir, checkpoint_path,
+        version_dir = saved_model.export_training_run(checkpoint_dir, export_dir, checkpoint_path,
                                                    FLAGS.top_k, log=cli.log,
                                                    max_pixels=FLAGS.max_image_pixels)
     except ValueError as error:

@@ -17,10 +17,11 @@ import sys
 from absl import app
 from absl import flags
 
-from inception import cli
-from inception import cluster as cluster_lib
-from inception import plans
-from inception import settings as settings_lib
+from common import cli
+from inception.config import cluster as cluster_lib
+from inception.config import plans
+from inception.config import settings as settings_lib
+from inception.driver import startup
 
 FLAGS = flags.FLAGS
 DEFAULT_TRAIN_DIR = "/tmp/inception_train"
@@ -206,18 +207,18 @@ def checked_settings():
 
 def train(settings):
     """Trains (TensorFlow loads here); returns train_loop.TrainResult or ends with one line."""
-    cli.quiet_tensorflow()
+    startup.quiet_tensorflow()
+    from common import error_lines  # pylint: disable=import-outside-toplevel
     from inception import distributed  # pylint: disable=import-outside-toplevel
-    from inception import loop_guards  # pylint: disable=import-outside-toplevel
-    from inception import training  # pylint: disable=import-outside-toplevel
-    from inception import errors  # pylint: disable=import-outside-toplevel
+    from inception.driver import launch  # pylint: disable=import-outside-toplevel
+    from inception.loop import guards  # pylint: disable=import-outside-toplevel
     try:
-        return training.train(settings, log=cli.log, on_stuck=exit_now)
-    except (loop_guards.NonFiniteLossError, loop_guards.DivergingError,
+        return launch.train(settings, log=cli.log, on_stuck=exit_now)
+    except (guards.NonFiniteLossError, guards.DivergingError,
             distributed.ClusterError, distributed.DivergedError, ValueError) as error:
         cli.fail(error)
-    except cli.file_errors() as error:
-        cli.fail(f"training stopped by a file-system error: {errors.file_error_cause(error)}; "
+    except startup.file_errors() as error:
+        cli.fail(f"training stopped by a file-system error: {error_lines.file_error_cause(error)}; "
                  "fix the directory (space, permissions), then rerun the same command to "
                  "resume from the last checkpoint.")
 
@@ -227,22 +228,23 @@ def find_learning_rate(settings):
     if FLAGS.lr_range_steps < 2 or not 0 < FLAGS.lr_range_min < FLAGS.lr_range_max:
         cli.fail("the range test needs --lr_range_steps >= 2 and 0 < --lr_range_min < "
                  "--lr_range_max.", code=2)
-    cli.quiet_tensorflow()
+    startup.quiet_tensorflow()
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    from inception import learning_rate_range  # pylint: disable=import-outside-toplevel
-    from inception import training  # pylint: disable=import-outside-toplevel
+
+    from common import error_lines  # pylint: disable=import-outside-toplevel
     from common import files  # pylint: disable=import-outside-toplevel
-    from inception import errors  # pylint: disable=import-outside-toplevel
+    from inception.driver import launch  # pylint: disable=import-outside-toplevel
+    from inception.driver import lr_range  # pylint: disable=import-outside-toplevel
     try:
         files.ensure_writable_directory(settings.train_dir)
     except (OSError, tf.errors.OpError) as error:
         cli.fail(f"cannot write the range test's plot in --train_dir={settings.train_dir} "
-                 f"({errors.file_error_cause(error)}); pass a directory you can write.")
+                 f"({error_lines.file_error_cause(error)}); pass a directory you can write.")
     plot = os.path.join(settings.train_dir, "learning_rate_range.png")
-    test = learning_rate_range.RangeTest(FLAGS.lr_range_min, FLAGS.lr_range_max,
+    test = lr_range.RangeTest(FLAGS.lr_range_min, FLAGS.lr_range_max,
                                          FLAGS.lr_range_steps)
     try:
-        result = training.find_learning_rate(settings, test, plot, log=cli.log)
+        result = launch.find_learning_rate(settings, test, plot, log=cli.log)
     except ValueError as error:
         cli.fail(error)
     cli.log(f"the smoothed loss was lowest at {result.lowest_rate:.3g}; suggested: "
@@ -254,7 +256,7 @@ def main(argv):
         cli.fail(f"unexpected arguments {argv[1:]}; flags look like --max_steps=100.", code=2)
     settings, cluster = checked_settings()
     if settings is None:
-        cli.quiet_tensorflow()
+        startup.quiet_tensorflow()
         serve_parameters(cluster)
         return
     if FLAGS.find_learning_rate:

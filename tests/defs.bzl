@@ -3,11 +3,12 @@
 def cpu_test(name, deps = [], **kwargs):
     """A py_test on virtual CPU devices. The machine's GPUs are hidden from it (an empty
     CUDA_VISIBLE_DEVICES), so it runs the same on machines with and without GPUs. Its file
-    ends with `sharding.main()`, so `shard_count` splits it into processes run side by side."""
+    ends with `absltest.main()`, which takes Bazel's `shard_count` shards: a slow file runs as
+    several processes side by side."""
     native.py_test(
         name = name,
         env = {"CUDA_VISIBLE_DEVICES": ""},
-        deps = deps + [":sharding"],
+        deps = deps,
         **kwargs
     )
 
@@ -16,7 +17,7 @@ def gpu_test(name, deps = [], tags = [], **kwargs):
     none. Exclusive: it takes GPU memory that a parallel test could want."""
     native.py_test(
         name = name,
-        deps = deps + [":sharding"],
+        deps = deps,
         tags = tags + ["gpu", "exclusive"],
         **kwargs
     )

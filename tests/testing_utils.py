@@ -13,12 +13,12 @@ import tensorflow as tf
 from tf_slim.ops import arg_scope
 
 from data import demo_data
-from inception import datasets
-from inception import input_pipeline
-from inception import model
-from inception import towers
-from inception import settings as settings_lib
-from inception import train_graph
+from inception.config import settings as settings_lib
+from inception.inputs import datasets
+from inception.inputs import pipeline
+from inception.model import network
+from inception.parallel import step_graph
+from inception.parallel import towers
 
 tf1 = tf.compat.v1
 
@@ -118,7 +118,7 @@ def synthetic_input(batch_size):
         batch_size, drop_remainder=True)
     iterator = tf1.data.make_initializable_iterator(dataset)
     image_batch, label_batch = iterator.get_next()
-    return input_pipeline.InputBatch(images=image_batch, labels=label_batch,
+    return pipeline.InputBatch(images=image_batch, labels=label_batch,
                                      corrupt_records=tf.constant(0, tf.int64),
                                      initializer=iterator.initializer)
 
@@ -136,7 +136,7 @@ def numbered_batches(transform, batch_size=8):
     image_batch, label_batch = iterator.get_next()
     image_batch.set_shape([batch_size, 8, 8, 3])
     label_batch.set_shape([batch_size])
-    return input_pipeline.InputBatch(
+    return pipeline.InputBatch(
         images=image_batch, labels=label_batch, corrupt_records=tf.constant(0, tf.int64),
         initializer=iterator.initializer)
 
@@ -225,12 +225,12 @@ def tiny_inception_step(devices, config, batch=16, compute_dtype=None, loss_scal
         dataset = tf.data.Dataset.from_tensors((images, labels)).repeat()
         iterator = tf1.data.make_initializable_iterator(dataset)
         image_batch, label_batch = iterator.get_next()
-        input_batch = input_pipeline.InputBatch(
+        input_batch = pipeline.InputBatch(
             images=image_batch, labels=label_batch, corrupt_records=tf.constant(0, tf.int64),
             initializer=iterator.initializer)
-        with mock.patch.object(model, "mask_dropout", no_dropout):
-            built = train_graph.build_train_graph(
-                input_batch, functools.partial(model.make_model_fn, settings,
+        with mock.patch.object(network, "mask_dropout", no_dropout):
+            built = step_graph.build_train_graph(
+                input_batch, functools.partial(network.make_model_fn, settings,
                                                compute_dtype=compute_dtype),
                 optimization_settings, devices, 64, initial_loss_scale=loss_scale,
                 variable_device=variable_device, stage_inputs=stage_inputs)
@@ -286,7 +286,7 @@ def save_initial_weights(devices, config, settings=TINY_INCEPTION):
     with tf.Graph().as_default():
         tf1.set_random_seed(3)
         with tf.device(devices[0]):
-            model.inception_logits(tf.zeros([2, settings.image_size, settings.image_size, 3]),
+            network.inception_logits(tf.zeros([2, settings.image_size, settings.image_size, 3]),
                                    settings, True)
         saver = tf1.train.Saver(tf1.trainable_variables())
         with tf1.Session(config=config) as session:
@@ -306,10 +306,10 @@ def assert_finite_checkpoint(test, path):
 def train_small_model(train_dir, max_steps, save_checkpoint_steps=2, log=None, **loop_settings):
     """Trains the small conv model on 2 virtual CPU towers with the real loop; returns its
     TrainResult (checkpoints every `save_checkpoint_steps` steps, no summaries)."""
-    from inception import train_loop  # pylint: disable=import-outside-toplevel
+    from inception.loop import session_loop  # pylint: disable=import-outside-toplevel
 
     def build():
-        return train_graph.build_train_graph(synthetic_input(8),
+        return step_graph.build_train_graph(synthetic_input(8),
                                              lambda decay: small_conv_model_fn(),
                                              optimization(initial_learning_rate=0.01),
                                              ["/cpu:0", "/cpu:1"], 64)
@@ -317,5 +317,5 @@ def train_small_model(train_dir, max_steps, save_checkpoint_steps=2, log=None, *
                                          save_summaries_steps=0,
                                          save_checkpoint_steps=save_checkpoint_steps,
                                          **loop_settings)
-    return train_loop.run_training(build, cpu_session_config(2), settings,
+    return session_loop.run_training(build, cpu_session_config(2), settings,
                                    log=log or (lambda line: None))

@@ -3,7 +3,7 @@
 Run from the repository root on a machine with a GPU, in this project's environment (the one
 `bin/bazel` makes, or tools/gpu_offline's on a GPU machine without network access):
 
-1. Beside each other, nothing timed: the GPU tests (tests/gpu_test.py), and the demo trained
+1. Beside each other, nothing timed: the GPU tests (tests/topics/gpu_test.py), and the demo trained
    and then evaluated in each precision (fp32, bf16, fp16) on one GPU.
 2. Then alone: the throughput benchmark (bench/throughput.py), with a deadline that keeps the
    whole check within --budget_secs (measurements it cannot start in time are named in the
@@ -37,7 +37,7 @@ flags.DEFINE_string("demo_flags", "", "Extra flags for the demo trainings (tests
 flags.DEFINE_string("bench_flags", "--batch_size=256 --warmup=3 --steps=5 --repeats=3 "
                     "--keep_going", "Flags for bench.throughput (the deadline, the report "
                     "path and the trace directory are added).")
-flags.DEFINE_string("test_module", "tests.gpu_test", "The GPU tests' module.")
+flags.DEFINE_string("test_module", "tests.topics.gpu_test", "The GPU tests' module.")
 flags.DEFINE_string("report_name", "", "Report file name (default: gpu-<first GPU>.json).")
 
 BENCH_RESERVE_SECS = 20  # writing the report after the benchmark's last measurement

@@ -7,8 +7,8 @@ import socket
 
 import tensorflow as tf
 
-from inception.cluster import JOBS
-from inception.cluster import split_address
+from inception.config.cluster import JOBS
+from inception.config.cluster import split_address
 
 tf1 = tf.compat.v1
 

@@ -1,4 +1,4 @@
-"""A worker task: the hooks through which `train_loop.run_training` trains one worker of a
+"""A worker task: the hooks through which `session_loop.run_training` trains one worker of a
 cluster (shared variables on the parameter servers, synchronous updates, only the chief writing
 files).
 
@@ -16,23 +16,23 @@ import time
 
 import tensorflow as tf
 
-from inception import replica as replica_lib
-from inception import train_loop
-from inception.cluster import ClusterConfigError
-from inception.distributed.connections import CONNECTION_ERRORS
+from inception.config.cluster import ClusterConfigError
 from inception.distributed.connections import ClusterError
+from inception.distributed.connections import CONNECTION_ERRORS
 from inception.distributed.connections import DivergedError
-from inception.distributed.connections import PROBE_INTERVAL_SECS
-from inception.distributed.connections import READY_FLAG_NAME
-from inception.distributed.connections import SHUTDOWN_TIMEOUT_SECS
 from inception.distributed.connections import done_queue
 from inception.distributed.connections import first_line
 from inception.distributed.connections import is_reachable
+from inception.distributed.connections import PROBE_INTERVAL_SECS
 from inception.distributed.connections import ps_device
+from inception.distributed.connections import READY_FLAG_NAME
 from inception.distributed.connections import run_options
+from inception.distributed.connections import SHUTDOWN_TIMEOUT_SECS
 from inception.distributed.connections import start_server
 from inception.distributed.connections import unreachable_tasks
 from inception.distributed.watchdog import Watchdog
+from inception.loop import replica as replica_lib
+from inception.loop import session_loop
 
 tf1 = tf.compat.v1
 
@@ -45,7 +45,7 @@ def sync_token_queue(optimizer):
 
 
 class ClusterWorker(replica_lib.Replica):
-    """The hooks `train_loop.run_training` calls for one worker task of a cluster.
+    """The hooks `session_loop.run_training` calls for one worker task of a cluster.
 
     Construct it before building the graph (it starts the task's server, which must be up for
     the parameter servers to see this worker), pass `wrap_optimizer` to
@@ -175,7 +175,7 @@ class ClusterWorker(replica_lib.Replica):
                     if not is_reachable(address)]
         missing = absent()
         if missing:
-            self._log(train_loop.timestamped(f"waiting for {', '.join(missing)} to come up"))
+            self._log(session_loop.timestamped(f"waiting for {', '.join(missing)} to come up"))
         while missing:
             if time.time() > deadline:
                 raise self._parameter_servers_late()
@@ -191,7 +191,7 @@ class ClusterWorker(replica_lib.Replica):
     def wait_until_ready(self, session):
         """Waits for the chief to initialize or restore the model; returns the global step."""
         deadline = time.time() + self.settings.startup_timeout_secs
-        self._log(train_loop.timestamped(f"{self.settings.describe()}: waiting for the chief "
+        self._log(session_loop.timestamped(f"{self.settings.describe()}: waiting for the chief "
                                          f"(worker 0 at {self.settings.worker_hosts[0]}) to "
                                          "initialize the model"))
         while not self._run("is_ready", session, PROBE_INTERVAL_SECS * 5,
@@ -215,7 +215,7 @@ class ClusterWorker(replica_lib.Replica):
         threading.Thread(target=self._apply_updates, args=(session,), daemon=True,
                          name="sync_replicas_updates").start()
         self._run("set_ready", session, timeout, "starting")
-        self._log(train_loop.timestamped(
+        self._log(session_loop.timestamped(
             f"{self.settings.describe()}: each update averages the gradients of "
             f"{self.settings.replicas_to_aggregate} worker(s)"))
 

@@ -1,0 +1,175 @@
+"""One training run from one TrainSettings: resolved (resolution.py), locked, then the graph
+built and the loop run.
+
+`train(settings)` is what `//inception:train` calls after turning its flags into
+settings.TrainSettings, and what tests call directly.
+"""
+
+import contextlib
+import functools
+
+import tensorflow as tf
+
+from common import error_lines
+from common import files
+from inception import distributed
+from inception.driver import lr_range
+from inception.driver import resolution
+from inception.inputs import pipeline
+from inception.loop import session_loop
+from inception.loop.session_loop import timestamped
+from inception.model import network
+from inception.parallel import devices
+from inception.parallel import loss_scaling
+from inception.parallel import step_graph
+from inception.run import checkpoint_io
+from inception.run.directory import RunDirectory
+from inception.run.lock import exclusive_run
+
+
+def describe_run(run):
+    """The first log line of a run: data, model, towers, batch, precision, end step."""
+    settings = run.settings
+    model_settings, batch_size = settings.model, settings.data.batch_size
+    batch = f"global batch {batch_size}"
+    extras = "".join([f"; variables on {run.variable_device.strip('/').upper()}"
+                      if run.variable_device != devices.VARIABLE_DEVICES["cpu"] else "",
+                      "; inputs staged on the GPUs" if stages_inputs(run) else "",
+                      "; XLA" if settings.devices.xla else ""])
+    if settings.cluster is not None:
+        batch = (f"{settings.cluster.describe()}; batch {batch_size} per worker, "
+                 f"{batch_size * settings.cluster.replicas_to_aggregate} per update")
+    return (f"training {model_settings.dataset} ({model_settings.num_classes - 1} classes, "
+            f"{run.dataset.data_dir}); Inception v3 x{model_settings.depth_multiplier:g} at "
+            f"{model_settings.image_size}px; {run.placement.describe()}; {batch} "
+            f"({batch_size // run.placement.num_towers} per tower); "
+            f"{settings.devices.precision}{extras}; up to step {settings.loop.max_steps}")
+
+
+def stages_inputs(run):
+    """Whether each tower's input is copied to its device a step ahead: for GPU towers."""
+    return run.placement.device_type == "gpu"
+
+
+def graph_builder(run, replica, learning_rate=None):
+    """build_graph() for session_loop.run_training: input pipeline, towers, stages (every stage
+    at `learning_rate`, a tensor, when given: the range test)."""
+    settings = run.settings
+    data, precision = settings.data, settings.devices.precision
+
+    def build_graph():
+        if data.seed is not None:
+            tf.compat.v1.set_random_seed(data.seed)  # reproducible initial weights too
+        with tf.device(replica.local_device("/cpu:0") if replica else "/cpu:0"):
+            input_batch = pipeline.build_train_input(
+                run.shards, data.batch_size, settings.model.image_size,
+                settings.model.num_classes, seed=resolution.input_seed(settings), strict=data.strict_input,
+                crop=run.dataset.defaults.crop)
+        compute_dtype = devices.tower_compute_dtype(precision, run.placement)
+        return step_graph.build_train_graph(
+            input_batch, functools.partial(network.make_model_fn, settings.model,
+                                           compute_dtype=compute_dtype),
+            settings.optimization, run.placement.tower_devices, run.examples_per_epoch,
+            histograms=settings.loop.histograms,
+            wrap_optimizer=replica.wrap_optimizer if replica else None,
+            initial_loss_scale=loss_scaling.INITIAL_SCALE if precision == "fp16" else None,
+            variable_device=run.variable_device, stage_inputs=stages_inputs(run),
+            learning_rate=learning_rate)
+    return build_graph
+
+
+def session_config(run):
+    """The ConfigProto of the run's towers: placement, threads, precision, XLA."""
+    devices_section = run.settings.devices
+    config = devices.apply_precision(
+        devices.session_config(run.placement, devices_section.intra_op_threads,
+                               devices_section.inter_op_threads),
+        devices_section.precision, run.placement)
+    if devices_section.xla:
+        devices.apply_xla(config)
+    return config
+
+
+def train(settings, log=print, on_stuck=None):
+    """Runs training as `settings` (a TrainSettings) say; returns session_loop.TrainResult.
+
+    Checks the settings first (nothing is written for a bad one), then holds the lock of
+    `train_dir` for the whole run (run_lock.py; on a cluster the chief alone).
+
+    on_stuck: on a cluster, callable(message) for a TensorFlow call that outlives its own
+    timeout (see distributed.ClusterWorker); the entry point ends the process.
+
+    Raises ValueError subclasses (SettingsError, PlanError, RunLockError, DataError,
+    PlacementError, CheckpointError) with a message that says what to do, and
+    loop_guards.NonFiniteLossError when training diverges; on a cluster also
+    distributed.ClusterError (a task lost or late) and DivergedError.
+    """
+    settings.validate()
+    held = exclusive_run(settings.train_dir) if settings.is_chief else \
+        contextlib.nullcontext()
+    with held:
+        if settings.is_chief:
+            check_writable(settings.train_dir)
+        return _train_resolved(resolution.resolve_run(settings, log), log, on_stuck)
+
+
+def check_writable(train_dir):
+    """Raises CheckpointError when `train_dir` cannot be written (a read-only share, a bucket
+    without write access), before anything is built."""
+    try:
+        files.ensure_writable_directory(train_dir)
+    except (OSError, tf.errors.OpError) as error:
+        raise checkpoint_io.CheckpointError(
+            f"cannot write in --train_dir={train_dir} ({error_lines.file_error_cause(error)}); pass "
+            "a directory you can write.") from None
+
+
+def _train_resolved(run, log, on_stuck):
+    settings = run.settings
+    if settings.is_chief:
+        RunDirectory(settings.train_dir).write_settings(settings)
+    log(timestamped(describe_run(run)))
+    config = session_config(run)
+    replica = (distributed.ClusterWorker(settings.cluster, config, log, on_stuck)
+               if settings.cluster is not None else None)
+    try:
+        return session_loop.run_training(graph_builder(run, replica), config, settings.loop,
+                                       run.make_initializer, log=log, replica=replica)
+    except tf.errors.OpError as error:
+        input_error = pipeline.explain(error)
+        if input_error is not None:
+            raise input_error from None
+        if replica is None:
+            raise
+        raise replica.explain(error, "while training") from None
+
+
+def find_learning_rate(settings, test, plot_path, log=print):
+    """The learning-rate range test on the run `settings` describe (its data, model, towers and
+    optimizer, from its initial or pretrained weights): returns lr_range.RangeResult
+    and writes the plot to `plot_path`. Writes no checkpoint and no settings, and takes no
+    lock: the directory of a run is left as it was."""
+    settings.validate()
+    run = resolution.resolve_run(settings, log)
+    log(timestamped(f"learning-rate range test, {test.steps} steps from {test.min_rate:g} to "
+                    f"{test.max_rate:g}: {describe_run(run)}"))
+    graph = tf.Graph()
+    with graph.as_default():
+        rate = tf.compat.v1.placeholder(tf.float32, [], name="learning_rate_tried")
+        built = graph_builder(run, None, learning_rate=rate)()
+        stage = built.stages[-1]
+        init = tf.compat.v1.global_variables_initializer()
+        restore = run.make_initializer() if run.make_initializer else None
+        local_init = tf.compat.v1.local_variables_initializer()
+    with tf.compat.v1.Session(graph=graph, config=session_config(run)) as session:
+        session.run(init)
+        if restore is not None:
+            restore(session)
+        session.run([local_init, built.input_initializer])
+        if built.input_fill is not None:
+            session.run(built.input_fill)
+        result = lr_range.run_range_test(session, stage.train_op, stage.mean_loss,
+                                                    rate, test, log=log)
+    lr_range.write_plot(
+        result, plot_path, f"{run.settings.model.dataset}, batch {run.settings.data.batch_size}")
+    return result

@@ -1,0 +1,60 @@
+"""How a run's session starts: fresh (initialize, then an optional pretrained restore) or
+resumed from a checkpoint (which may lack optimizer state of a changed plan)."""
+
+import tensorflow as tf
+
+from inception.parallel import step_graph as step_graph_lib
+from inception.run import checkpoint_io
+
+tf1 = tf.compat.v1
+
+
+def prepare_fresh_start(train_graph, make_initializer):
+    """Ops for a fresh start: initialize, run the initializer (e.g. a pretrained restore), then
+    start every moving average at its variable's value. Returns callable(session) -> step 0."""
+    init_op = tf1.global_variables_initializer()
+    initialize = make_initializer() if make_initializer else None
+    sync = step_graph_lib.sync_averages_op(train_graph.moving_average,
+                                            tf1.trainable_variables())
+
+    def start(session):
+        session.run(init_op)
+        if initialize is not None:
+            initialize(session)
+        session.run(sync)
+        return 0
+    return start
+
+
+def prepare_resume(checkpoint, train_graph, saved_variables, log):
+    """Ops to resume from `checkpoint`. Optimizer state and moving averages the checkpoint
+    lacks (the training plan changed, e.g. a head-only run resumed to train everything) start
+    fresh; a missing model variable or global step is a CheckpointError.
+    Returns callable(session) -> the checkpoint's step."""
+    stored = checkpoint_io.stored_shapes(checkpoint)
+    essential = {v.op.name for v in tf1.trainable_variables() + tf1.model_variables()}
+    essential.add(train_graph.global_step.op.name)
+    missing = sorted(name for name in saved_variables if name not in stored)
+    hint = ("the model changed since it was written; use the flags it was trained with, or a "
+            "new --train_dir")
+    for name in missing:
+        if name in essential:
+            raise checkpoint_io.CheckpointError(f"checkpoint {checkpoint} has no variable {name}; "
+                                              f"{hint}.")
+    present = {name: v for name, v in saved_variables.items() if name in stored}
+    checkpoint_io.check_restorable(checkpoint, present, hint=hint)
+    restorer = tf1.train.Saver(present, name="resume")
+    init_missing = tf1.variables_initializer([saved_variables[name] for name in missing])
+    averages = {train_graph.moving_average.average_name(v): v for v in tf1.trainable_variables()}
+    sync = step_graph_lib.sync_averages_op(
+        train_graph.moving_average, [averages[name] for name in missing if name in averages])
+
+    def start(session):
+        session.run(init_missing)
+        restorer.restore(session, checkpoint)
+        session.run(sync)
+        if missing:
+            log(f"note: {len(missing)} optimizer or averaging variables are not in {checkpoint} "
+                "(the training plan changed); they start fresh.")
+        return int(session.run(train_graph.global_step))
+    return start

@@ -1,0 +1,400 @@
+"""The training loop: session, resume, logging, summaries, NaN check, checkpoints, signals.
+
+It runs a `TrainGraph` built by a callable (so tests can run the real loop on small models)
+and owns everything with side effects: files in `train_dir` and the log.
+"""
+
+import dataclasses
+import datetime
+import math
+import os
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from inception.loop import guards
+from inception.loop import replica as replica_lib
+from inception.loop import resume
+from inception.loop.cadence import Cadence
+from inception.loop.stop_request import StopRequest
+from inception.parallel import step_graph as step_graph_lib
+from inception.run.checkpoint_io import step_of
+from inception.run.directory import RunDirectory
+from inception.run.health import SaveRecord
+
+tf1 = tf.compat.v1
+
+
+@dataclasses.dataclass
+class TrainResult:
+    """How a run ended: its last step, last checkpoint, and the signal that stopped it if any.
+
+    stopped_by_peer: another task of a cluster ended the run before max_steps (distributed).
+    """
+    step: int
+    checkpoint: str = None
+    stopped_by_signal: int = None
+    last_mean_loss: float = float("nan")
+    stopped_by_peer: bool = False
+
+
+class _NoSummaryWriter:
+    """Stands in for the FileWriter on replicas that write no files."""
+
+    def add_summary(self, summary, step):
+        del summary, step
+
+    def flush(self):
+        pass
+
+    def close(self):
+        pass
+
+
+def timestamped(message):
+    """`message` prefixed with the local time, as every log line of the loop is."""
+    return f"{datetime.datetime.now():%Y-%m-%d %H:%M:%S}: {message}"
+
+
+def run_training(build_graph, session_config, settings, make_initializer=None, log=print,
+                 replica=None):
+    """Builds the graph with `build_graph()` and trains until `settings.max_steps`.
+
+    Resumes from the newest checkpoint in `settings.train_dir` that restores and holds finite
+    values (each one skipped is named in the log, none deleted); otherwise initializes the
+    variables and then runs the initializer that `make_initializer()` (called while the graph
+    is built) returned, e.g. to restore a pretrained model. Runs each step with the train op
+    of the plan's current stage and checks its towers' losses and gradient norms. Saves every
+    `save_checkpoint_steps` / `save_interval_secs`, at the end and on SIGINT/SIGTERM, each time
+    after checking that every variable is finite: a checkpoint never holds NaN or Inf. When
+    training diverges, the checkpoints written since the divergence began are set aside
+    (checkpoint_health.HealthRecords.last_healthy) and it stops with guards.NonFiniteLossError
+    naming the step, the last healthy checkpoint and those set aside, or, with
+    `settings.on_nan='rollback'`, goes back to the last healthy checkpoint (or the weights a
+    fresh run started from) and on with the next batches.
+
+    Args:
+      build_graph: callable() -> train_graph.TrainGraph, called inside a fresh default graph.
+      session_config: tf.compat.v1.ConfigProto (devices for the towers).
+      settings: settings.LoopSettings, its max_steps filled (settings.with_defaults).
+      make_initializer: optional callable() -> callable(session), for a fresh start only.
+      log: callable(str) for progress lines.
+      replica: Replica; None trains on this machine alone. A non-chief replica neither reads
+        nor writes `train_dir`: it waits for the chief to initialize the shared variables.
+
+    Returns:
+      TrainResult. Raises guards.NonFiniteLossError / DivergingError, and
+      checkpoints.CheckpointError when no checkpoint restores or one cannot be written.
+    """
+    replica = replica or replica_lib.Replica()
+    run_dir = RunDirectory(settings.train_dir)
+    checkpoint = None
+    if replica.is_chief:
+        tf.io.gfile.makedirs(settings.train_dir)
+        run_dir.remove_interrupted_saves(log)
+        checkpoint = run_dir.newest_usable(log, set_aside=True)
+    built = _build_run(build_graph, settings, replica, checkpoint, make_initializer, log)
+    for name in built.train_graph.skipped_variables:
+        log(f"note: no loss reaches variable {name}; it is left out of the update.")
+    end_step = min(settings.max_steps, built.train_graph.plan.total_steps or settings.max_steps)
+    with replica.open_session(built.graph, session_config) as session:
+        try:
+            step = _start_session(session, built, checkpoint, replica, log)
+            if step >= end_step:
+                log(f"{settings.train_dir} is already at step {step}, the end of this run "
+                    f"(--max_steps={settings.max_steps}); nothing to train. Raise --max_steps "
+                    "or use a new --train_dir.")
+                return TrainResult(step=step, checkpoint=checkpoint)
+            loop = _Loop(session, built, dataclasses.replace(settings, max_steps=end_step),
+                         replica, log)
+            return loop.run(step, checkpoint)
+        finally:
+            replica.finish(session)
+
+
+@dataclasses.dataclass(frozen=True)
+class _BuiltRun:
+    """The finalized graph of a run and what starts, checks and saves it."""
+    graph: tf.Graph
+    train_graph: step_graph_lib.TrainGraph
+    saver: tf1.train.Saver
+    start: object  # callable(session) -> step
+    health: guards.VariableHealth
+    local_init: tf.Operation
+
+
+def _build_run(build_graph, settings, replica, checkpoint, make_initializer, log):
+    graph = tf.Graph()
+    with graph.as_default(), replica.device_scope():
+        train_graph = build_graph()
+        saved_variables = {v.op.name: v for v in tf1.global_variables()}
+        # Relative names in TensorFlow's `checkpoint` file: the directory stays usable when it
+        # is copied or moved (run_directory.py).
+        saver = tf1.train.Saver(
+            saved_variables, max_to_keep=settings.keep_checkpoints, name="saver",
+            keep_checkpoint_every_n_hours=settings.keep_checkpoint_every_n_hours or 1e6,
+            save_relative_paths=True)
+        if not replica.is_chief:
+            start = replica.wait_until_ready
+        elif checkpoint:
+            start = resume.prepare_resume(checkpoint, train_graph, saved_variables, log)
+        else:
+            start = resume.prepare_fresh_start(train_graph, make_initializer)
+        health = guards.VariableHealth(saved_variables)
+        local_init = tf1.local_variables_initializer()
+        replica.build(train_graph)
+        graph.finalize()
+    if checkpoint:
+        saver.recover_last_checkpoints(RunDirectory(settings.train_dir).listed())
+    return _BuiltRun(graph, train_graph, saver, start, health, local_init)
+
+
+def _start_session(session, built, checkpoint, replica, log):
+    """Initializes or restores, starts the input (the first batch staged on the devices) and
+    the replica; returns the step training continues from."""
+    step = built.start(session)
+    if checkpoint:
+        log(timestamped(f"resumed from {checkpoint} (step {step})"))
+    session.run([built.local_init, built.train_graph.input_initializer])
+    if built.train_graph.input_fill is not None:
+        session.run(built.train_graph.input_fill)
+    replica.begin(session)
+    return step
+
+
+class _Loop:
+    """One run of the training loop over an open session: steps, logs, summaries, the
+    divergence checks, rollbacks and checkpoints."""
+
+    def __init__(self, session, built, settings, replica, log):
+        self.session, self.saver, self.graph = session, built.saver, built.train_graph
+        self.settings, self.replica, self.log = settings, replica, log
+        self.restart, self.health = built.start, built.health
+        self.run_dir = RunDirectory(settings.train_dir)
+        self.writer = _NoSummaryWriter()
+        self.watch = guards.LossWatch()
+        self.rollbacks = 0
+        self.resumed_from = None  # the checkpoint this run started from
+        self.unverified = None  # the newest checkpoint whose first step has not run yet
+        self.last_loss = self.last_norm = float("nan")
+
+    def run(self, step, checkpoint):
+        """Trains from `step` to settings.max_steps (or a stop request); returns TrainResult."""
+        settings = self.settings
+        self.resumed_from = self.unverified = checkpoint
+        if self.replica.is_chief:
+            self.writer = tf1.summary.FileWriter(
+                settings.train_dir, self.session.graph if checkpoint is None else None)
+        else:
+            settings = self.settings = dataclasses.replace(
+                settings, save_summaries_steps=0, save_summaries_secs=0,
+                save_checkpoint_steps=0, save_interval_secs=0)
+        try:
+            return self._train(step, TrainResult(step=step, checkpoint=checkpoint))
+        finally:
+            self.writer.close()
+
+    def _train(self, step, result):
+        now = time.time()
+        cadences = _Cadences(self.settings, step, now)
+        saved_step, stage_index, corrupt = step, None, 0
+        action = ("saving a checkpoint after this step and stopping" if self.replica.is_chief
+                  else "stopping after this step")
+        with StopRequest(self.log, action) as stop:
+            while step < self.settings.max_steps and not stop.requested:
+                if self.graph.plan.stage_index_at(step) != stage_index:
+                    stage_index = self.graph.plan.stage_index_at(step)
+                    self.log(timestamped(describe_stage(self.graph, stage_index,
+                                                        self.settings.max_steps)))
+                try:
+                    step, ended = self._step(step, stage_index, cadences, result)
+                    if ended:
+                        break
+                    corrupt = self._maybe_log(step, cadences, result, corrupt)
+                    if cadences.checkpoint.check_and_mark(step, time.time()):
+                        result.checkpoint, saved_step = self._save(step), step
+                except guards.Diverged as diverged:
+                    step = saved_step = self._recover(diverged, result)
+                    cadences.restart(step, time.time())
+            result.step = step
+            if step != saved_step and self.replica.is_chief:
+                try:
+                    result.checkpoint = self._save(step)
+                except guards.Diverged as diverged:
+                    raise diverged.error(*self._set_aside_diverged(diverged.step)) from None
+            result.stopped_by_signal = stop.signal_number
+        return result
+
+    def _step(self, step, stage_index, cadences, result):
+        """One step; returns (the step reached, whether the cluster ended training)."""
+        ops = self.graph.stages[stage_index]
+        want_summary = cadences.summary.due(step + 1, time.time())
+        fetches = {"train": ops.train_op, "losses": ops.tower_losses,
+                   "norms": ops.tower_gradient_norms}
+        if want_summary:
+            fetches["summary"] = ops.summary_op
+        try:
+            out, step = self.replica.run_step(self.session, fetches, step)
+        except replica_lib.PeerStopped as ended:
+            result.stopped_by_peer = ended.step < self.settings.max_steps
+            return ended.step, True
+        losses = [float(value) for value in out["losses"]]
+        norms = [float(value) for value in out["norms"]]
+        if not all(math.isfinite(value) for value in losses) or (
+                not self.graph.loss_scaled and not all(math.isfinite(v) for v in norms)):
+            self.writer.flush()
+            raise guards.Diverged(step, losses, norms)
+        self.last_loss, self.last_norm = float(np.mean(losses)), max(norms)
+        result.last_mean_loss = self.last_loss
+        self._watch_loss(step, result)
+        if want_summary:
+            cadences.summary.mark(step, time.time())
+            self.writer.add_summary(out["summary"], step)
+            self._scalar("smoothed_loss", self.watch.smoothed, step)
+        return step, False
+
+    def _watch_loss(self, step, result):
+        warning = self.watch.add(step, result.last_mean_loss)
+        if self.unverified and self.watch.sound(result.last_mean_loss):
+            self.run_dir.health.mark_verified(self.unverified, self.log)
+        self.unverified = None
+        if warning is None:
+            return
+        if self.settings.on_divergence == "stop":
+            self.writer.flush()
+            healthy, set_aside = self._set_aside_diverged(step + 1)
+            raise guards.DivergingError(
+                f"{warning} Training stopped (--on_divergence=stop); "
+                f"{guards.kept(healthy, set_aside)}.")
+        self.log(timestamped(f"warning: {warning}"))
+    def _maybe_log(self, step, cadences, result, corrupt):
+        """The loss line when due; returns the damaged-record count reported so far."""
+        now = time.time()
+        if not (cadences.log.check_and_mark(step, now) or step == self.settings.max_steps):
+            return corrupt
+        steps_done = max(step - cadences.interval_step, 1)
+        elapsed = max(now - cadences.interval_start, 1e-9)
+        examples_per_sec = self.graph.examples_per_step * steps_done / elapsed
+        self.log(timestamped(f"step {step}, loss = {result.last_mean_loss:.4f} "
+                             f"({examples_per_sec:.1f} examples/sec; "
+                             f"{elapsed / steps_done:.3f} sec/batch)"))
+        self._scalar("examples_per_sec", examples_per_sec, step)
+        cadences.interval_start, cadences.interval_step = now, step
+        return _report_corrupt_records(self.session, self.graph, corrupt, self.log)
+
+    def _scalar(self, tag, value, step):
+        self.writer.add_summary(tf1.Summary(value=[tf1.Summary.Value(
+            tag=tag, simple_value=value)]), step)
+
+    def _save(self, step):
+        """Checks every variable, then writes the checkpoint of `step` and what the loop knew of
+        it (checkpoint_health.SaveRecord); returns its path."""
+        self.replica.before_save(self.session)
+        bad = self.health.non_finite(self.session)
+        if bad:
+            raise guards.Diverged(step, variables=bad)
+        path = self.run_dir.save(self.saver, self.session, step, self.health.checkpoint_bytes)
+        if self.replica.is_chief:
+            self.run_dir.health.record_save(path, SaveRecord(
+                step=step, loss=self.last_loss, gradient_norm=self.last_norm,
+                smoothed_loss=self.watch.smoothed, climbing=self.watch.climbing), self.log)
+        self.unverified = path
+        return path
+
+    def _set_aside_diverged(self, failed_step):
+        """Sets aside every checkpoint newer than the last healthy one after the run diverged
+        at `failed_step`; returns (the last healthy checkpoint or None, those set aside)."""
+        if not self.replica.is_chief:
+            return None, []
+        healthy = self.run_dir.health.last_healthy(self.watch.first_bad_weights(failed_step))
+        newer = sorted((path for path in self.run_dir.candidates()
+                        if healthy is None or step_of(path) > step_of(healthy)), key=step_of)
+        if newer:
+            self.run_dir.set_aside(newer)
+            self.saver.recover_last_checkpoints(self.run_dir.listed())
+        return healthy, newer
+
+    def _recover(self, diverged, result):
+        """Stops (raising guards.NonFiniteLossError) or rolls back to the last healthy
+        checkpoint; returns the step rolled back to."""
+        settings = self.settings
+        healthy, set_aside = self._set_aside_diverged(diverged.step)
+        result.checkpoint = healthy
+        if settings.on_nan != "rollback" or self.rollbacks >= settings.max_nan_rollbacks:
+            if settings.on_nan == "rollback":
+                self.log(f"{self.rollbacks} rollback(s) already (--max_nan_rollbacks="
+                         f"{settings.max_nan_rollbacks}); stopping.")
+            raise diverged.error(healthy, set_aside) from None
+        target = self._roll_back_to(healthy)
+        if target is None:
+            raise diverged.error(healthy, set_aside) from None
+        self.rollbacks += 1
+        self.watch.restart()
+        step = int(self.session.run(self.graph.global_step))
+        aside = (f"; set aside {', '.join(os.path.basename(p) for p in set_aside)} (kept as "
+                 "<name>.unusable.*)" if set_aside else "")
+        self.log(timestamped(
+            f"{diverged}; rolled back to {target} (step {step}), skipping the "
+            f"{diverged.step - step} batch(es) since (rollback {self.rollbacks} of at most "
+            f"{settings.max_nan_rollbacks}){aside}."))
+        self._scalar("nan_rollbacks", self.rollbacks, diverged.step)
+        self.writer.flush()
+        return step
+
+    def _roll_back_to(self, healthy):
+        """Restores `healthy` (None: the weights a fresh run started from); returns what it
+        restored, in words, or None when nothing healthy can be restored."""
+        if healthy is None:
+            if self.resumed_from is not None:
+                return None  # the checkpoint this run resumed from is itself unhealthy
+            self.restart(self.session)
+            return "the weights this run started from"
+        if healthy == self.resumed_from:
+            self.restart(self.session)  # restores what that checkpoint has, as at the start
+        else:
+            try:
+                self.saver.restore(self.session, healthy)
+            except tf.errors.OpError:
+                return None  # an older run's checkpoint of another plan: a rerun resumes it
+
+        self.unverified = None
+        return healthy
+class _Cadences:
+    """When to log, summarize and checkpoint, and where the current log interval began."""
+
+    def __init__(self, settings, step, now):
+        self.settings = settings
+        self.log = Cadence(settings.log_every_n_steps, start_step=step, start_time=now)
+        self.summary = Cadence(settings.save_summaries_steps, settings.save_summaries_secs,
+                               start_step=step - settings.save_summaries_steps, start_time=now)
+        self.checkpoint = Cadence(settings.save_checkpoint_steps, settings.save_interval_secs,
+                                  start_step=step, start_time=now)
+        self.interval_start, self.interval_step = now, step
+
+    def restart(self, step, now):
+        """After a rollback: count again from `step`."""
+        self.checkpoint.mark(step, now)
+        self.log.mark(step, now)
+        self.interval_start, self.interval_step = now, step
+
+
+def _report_corrupt_records(session, graph, reported, log):
+    """Logs how many damaged input records were skipped when the count grew; returns it."""
+    count = int(session.run(graph.corrupt_records))
+    if count > reported:
+        log(f"note: {count} damaged input record(s) skipped so far (named above; "
+            "input/corrupt_records in TensorBoard; --strict_input stops instead).")
+    return count
+
+
+def describe_stage(graph, index, end_step):
+    """One log line: which stage starts, its steps and what it trains."""
+    plan, ops = graph.plan, graph.stages[index]
+    start = plan.stage_start(index)
+    end = end_step if ops.stage.steps is None else min(end_step, start + ops.stage.steps)
+    scopes = ", ".join(ops.stage.scopes) if ops.stage.scopes else "all scopes"
+    terms = ", ".join(ops.stage.loss_terms) if ops.stage.loss_terms else "all loss terms"
+    return (f"stage '{ops.stage.name}' ({index + 1} of {len(plan.stages)}): steps {start}-{end}, "
+            f"training {len(ops.variables)} variables ({scopes}; {terms}; "
+            f"{ops.stage.optimizer})")

@@ -1,0 +1,132 @@
+"""Inception v3 from tf_slim.nets and the classification loss of one tower.
+
+The model is the original's: label smoothing 0.1 on the main logits, the auxiliary head's loss
+weighted 0.4, L2 weight decay 0.00004 collected once as regularization (towers.py adds it).
+One change in how it is built, not in what it computes: dropout is a mask multiply (see
+dropout_as_mask_multiply).
+"""
+
+import contextlib
+
+import tensorflow as tf
+from tf_slim.layers import layers as slim_layers
+from tf_slim.layers import utils as slim_utils
+from tf_slim.nets import inception_v3
+
+from inception.config.settings import MIN_AUX_IMAGE_SIZE
+from inception.model import mixed_precision
+from inception.model.slim_compat import tf_slim as slim
+
+LABEL_SMOOTHING = 0.1
+AUX_LOSS_WEIGHT = 0.4
+WEIGHT_DECAY = 0.00004
+MODEL_SCOPE = "InceptionV3"
+BATCH_NORM_DECAY = 0.9997  # the original's decay of the batch-norm moving statistics
+
+
+def has_aux_head(image_size):
+    """Whether the auxiliary head fits: its 5x5 pooling needs Mixed_6e to be 5x5 or larger."""
+    return image_size >= MIN_AUX_IMAGE_SIZE
+
+
+def inception_logits(images, settings, is_training, batch_norm_decay=BATCH_NORM_DECAY):
+    """Builds Inception v3 on `images` under variable scope `InceptionV3`.
+
+    Args:
+      images: float32 [batch, size, size, 3] in [-1, 1].
+      settings: settings.ModelSettings, resolved (num_classes and image_size set).
+      is_training: Python bool; batch norm uses batch statistics and dropout is on when True.
+      batch_norm_decay: float or scalar float32 tensor, decay of the moving statistics.
+
+    Returns:
+      (logits, aux_logits): float32 [batch, num_classes]; aux_logits is None when the image is
+      too small for the auxiliary head.
+    """
+    arg_scope = inception_v3.inception_v3_arg_scope(
+        weight_decay=WEIGHT_DECAY, batch_norm_decay=batch_norm_decay)
+    with slim.arg_scope(arg_scope), dropout_as_mask_multiply():
+        logits, end_points = inception_v3.inception_v3(
+            images, num_classes=settings.num_classes, is_training=is_training,
+            depth_multiplier=settings.depth_multiplier,
+            create_aux_logits=has_aux_head(settings.image_size), scope=MODEL_SCOPE)
+    return logits, end_points.get("AuxLogits")
+
+
+@contextlib.contextmanager
+def dropout_as_mask_multiply():
+    """While building the network: tf-slim's dropout as a multiply by a scaled 0/1 mask instead
+    of TensorFlow's `SelectV2(keep, x, 0)`.
+
+    Grappler's layout optimizer cannot permute that scalar 0 when the dropout input is 4-D
+    (Inception's Logits/Dropout_1b), logs "layout failed ... SelectV2" and then skips the
+    NHWC->NCHW conversion of the whole GPU graph (seen on an H200 with TF 2.21). Same
+    semantics: in training each element is kept with probability keep_prob and scaled by
+    1 / keep_prob; otherwise the input passes through. tf_slim.nets.inception_v3 calls the
+    module attribute, so it is swapped for the build and put back after.
+    """
+    original = slim_layers.dropout
+    slim_layers.dropout = mask_dropout
+    try:
+        yield
+    finally:
+        slim_layers.dropout = original
+
+
+@slim.add_arg_scope
+def mask_dropout(inputs, keep_prob=0.5, noise_shape=None, is_training=True,
+                 outputs_collections=None, scope=None, seed=None):
+    """tf-slim's dropout (same arguments) built from a mask multiply."""
+    with tf.compat.v1.variable_scope(scope, "Dropout", [inputs]) as variable_scope:
+        inputs = tf.convert_to_tensor(inputs)
+
+        def drop():
+            shape = tf.shape(inputs) if noise_shape is None else noise_shape
+            kept = tf.random.uniform(shape, seed=seed) < keep_prob
+            return inputs * (tf.cast(kept, inputs.dtype) / tf.cast(keep_prob, inputs.dtype))
+
+        outputs = slim_utils.smart_cond(is_training, drop, lambda: tf.identity(inputs))
+        return slim_utils.collect_named_outputs(outputs_collections, variable_scope.name,
+                                                outputs)
+
+
+def classification_losses(logits, aux_logits, labels, num_classes):
+    """The data terms of the tower loss (regularization is added once by the towers).
+
+    Args:
+      logits, aux_logits: float32 [batch, num_classes]; aux_logits may be None.
+      labels: int32 [batch] in [0, num_classes).
+
+    Returns:
+      {"cross_entropy": scalar, "aux_loss": scalar (when aux_logits exists)}; each term is a
+      mean over the batch and already carries its weight.
+    """
+    one_hot = tf.one_hot(labels, num_classes)
+    terms = {"cross_entropy": smoothed_cross_entropy(logits, one_hot, "cross_entropy")}
+    if aux_logits is not None:
+        aux = smoothed_cross_entropy(aux_logits, one_hot, "aux_loss")
+        terms["aux_loss"] = AUX_LOSS_WEIGHT * aux
+    return terms
+
+
+def smoothed_cross_entropy(logits, one_hot, name):
+    """Mean softmax cross-entropy with label smoothing 0.1, added to no collection."""
+    return tf.compat.v1.losses.softmax_cross_entropy(
+        one_hot, logits, label_smoothing=LABEL_SMOOTHING, scope=name,
+        loss_collection=None)
+
+
+def make_model_fn(settings, batch_norm_decay, compute_dtype=None):
+    """Returns `model_fn(images, labels) -> {term: scalar loss}` for towers.build_towers.
+
+    compute_dtype: tf.bfloat16 / tf.float16 builds the network in that dtype with float32
+    variables (mixed_precision.py; GPU towers); None builds it in float32.
+    """
+    def model_fn(images, labels):
+        with mixed_precision.building_in(compute_dtype):
+            logits, aux_logits = inception_logits(
+                mixed_precision.to_compute(images, compute_dtype), settings, True,
+                batch_norm_decay)
+        return classification_losses(mixed_precision.to_float32(logits),
+                                     mixed_precision.to_float32(aux_logits), labels,
+                                     settings.num_classes)
+    return model_fn

@@ -1,0 +1,270 @@
+"""Where towers run: one per GPU, or virtual CPU devices on machines without GPUs.
+
+A session config carries the placement: N virtual CPU devices (`device_count`), or each GPU
+split into equal virtual GPUs when the user asks for more towers than GPUs.
+
+GPU devices are created once per process, by whatever asks for them first, and TensorFlow keeps
+each GPU's memory allocator for the life of the process with the options of that first
+creator. Building a TF2 graph already does it (a `tf.cond` registers its branches with the
+eager context, which then creates every GPU with its defaults: no memory growth, the whole GPU
+for GPU 0), and so does counting records with tf.data. A session config asking for virtual GPUs
+afterwards got its second virtual GPU squeezed into what GPU 0 left ("No BLAS for stream", or
+out of memory on GPU:1). So `configure_gpus` sets the process's GPU options first thing, and the
+session config repeats them.
+"""
+
+import dataclasses
+import math
+
+import tensorflow as tf
+
+from common import machine
+from inception.config.settings import PRECISIONS
+
+tf1 = tf.compat.v1
+DEFAULT_CPU_TOWERS = 2
+
+
+class PlacementError(ValueError):
+    """The requested towers do not fit the machine; the message says what to do."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TowerPlacement:
+    """num_towers towers on `device_type` devices ('gpu' or 'cpu').
+
+    virtual_gpu_memory_mb: when > 0, each physical GPU is split into virtual GPUs of this size.
+    """
+    num_towers: int
+    device_type: str
+    physical_gpus: int = 0
+    virtual_gpu_memory_mb: int = 0
+
+    @property
+    def tower_devices(self):
+        """Device name of each tower, e.g. ['/gpu:0', '/gpu:1'] or ['/cpu:0', '/cpu:1']."""
+        return [f"/{self.device_type}:{index}" for index in range(self.num_towers)]
+
+    def describe(self):
+        """One line for the log."""
+        if self.device_type == "cpu":
+            return f"{self.num_towers} tower(s) on virtual CPU devices (no GPU found)"
+        if self.virtual_gpu_memory_mb:
+            return (f"{self.num_towers} tower(s) on virtual GPUs of "
+                    f"{self.virtual_gpu_memory_mb} MB "
+                    f"carved from {self.physical_gpus} GPU(s)")
+        return f"{self.num_towers} tower(s), one per GPU"
+
+
+def count_gpus():
+    """Number of physical GPUs TensorFlow can see (creates no device)."""
+    return len(tf.config.list_physical_devices("GPU"))
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuInfo:
+    """A physical GPU: its index, name and CUDA compute capability (major, minor)."""
+    index: int
+    name: str
+    compute_capability: tuple
+
+    @property
+    def has_bf16(self):
+        """bf16 tensor cores arrived with compute capability 8.0 (Ampere)."""
+        return tuple(self.compute_capability) >= (8, 0)
+
+
+def gpu_infos():
+    """GpuInfo of every physical GPU TensorFlow sees (creates no device)."""
+    infos = []
+    for index, gpu in enumerate(tf.config.list_physical_devices("GPU")):
+        details = tf.config.experimental.get_device_details(gpu)
+        infos.append(GpuInfo(index, details.get("device_name", gpu.name),
+                             tuple(details.get("compute_capability", (0, 0)))))
+    return infos
+
+
+def eager_devices_created():
+    """True once this process has created its eager devices (GPU options are fixed then)."""
+    from tensorflow.python.eager import context  # pylint: disable=import-outside-toplevel
+    return context.context()._context_handle is not None  # pylint: disable=protected-access
+
+
+def configure_gpus(placement):
+    """Sets this process's GPU options for `placement` before anything creates the devices.
+
+    One tower per GPU: memory growth on every GPU, so an evaluation job or a second run can share
+    it (best effort: where the devices already exist they keep their options, which a tower per
+    GPU does not need). More towers than GPUs: each GPU split into virtual GPUs of
+    `placement.virtual_gpu_memory_mb`, which must happen before anything creates the devices:
+    call this before building a graph or running an op. Calling it again with the same placement
+    is harmless. Raises PlacementError when the split cannot be had in this process.
+    """
+    if placement.device_type != "gpu":
+        return
+    gpus = tf.config.list_physical_devices("GPU")
+    wanted = _logical_configuration(placement)
+    for gpu in gpus:
+        if wanted is None:
+            _try_memory_growth(gpu)
+            continue
+        try:
+            tf.config.set_logical_device_configuration(gpu, wanted)
+        except RuntimeError as error:
+            raise PlacementError(
+                f"TensorFlow created this process's GPU devices before the towers were placed "
+                f"({error}); split GPUs into virtual GPUs in a new process.") from None
+    if eager_devices_created():
+        _check_logical_gpus(placement, gpus)
+
+
+def _try_memory_growth(gpu):
+    if tf.config.get_logical_device_configuration(gpu):
+        return  # already split into virtual GPUs (e.g. by a test process); growth cannot apply
+    try:
+        tf.config.experimental.set_memory_growth(gpu, True)
+    except RuntimeError:
+        pass  # the devices exist already, with TensorFlow's default: one tower still fits
+
+
+def _logical_configuration(placement):
+    if not placement.virtual_gpu_memory_mb:
+        return None
+    per_gpu = math.ceil(placement.num_towers / placement.physical_gpus)
+    return [tf.config.LogicalDeviceConfiguration(memory_limit=placement.virtual_gpu_memory_mb)
+            for _ in range(per_gpu)]
+
+
+def _check_logical_gpus(placement, gpus):
+    logical = len(tf.config.list_logical_devices("GPU"))
+    if logical < placement.num_towers:
+        raise PlacementError(
+            f"this process already has {logical} GPU device(s) for {len(gpus)} GPU(s), too few "
+            f"for {placement.describe()}; start a new process.")
+
+
+def plan_towers(requested, physical_gpus, virtual_gpu_memory_mb=0):
+    """Chooses the placement for `requested` towers (None: one per GPU, or 2 virtual CPUs).
+
+    More towers than GPUs is an error unless `virtual_gpu_memory_mb` > 0 asks to split GPUs.
+    """
+    if requested is not None and requested < 1:
+        raise PlacementError(f"--num_gpus={requested} must be at least 1.")
+    if physical_gpus == 0:
+        return TowerPlacement(requested or DEFAULT_CPU_TOWERS, "cpu")
+    num_towers = requested or physical_gpus
+    if num_towers > physical_gpus and virtual_gpu_memory_mb <= 0:
+        raise PlacementError(
+            f"--num_gpus={num_towers} but this machine has {physical_gpus} GPU(s); use "
+            f"--num_gpus={physical_gpus}, or split each GPU into virtual devices with "
+            "--virtual_gpu_memory_mb=<MB per tower>.")
+    return TowerPlacement(num_towers, "gpu", physical_gpus,
+                          virtual_gpu_memory_mb if num_towers > physical_gpus else 0)
+
+
+def session_config(placement, intra_op_threads=0, inter_op_threads=0):
+    """A tf.compat.v1.ConfigProto that creates the devices `placement` needs (for GPUs the same
+    options as configure_gpus, which must have run first)."""
+    config = tf1.ConfigProto(allow_soft_placement=True,
+                             intra_op_parallelism_threads=intra_op_threads,
+                             inter_op_parallelism_threads=inter_op_threads)
+    if placement.device_type == "cpu":
+        config.device_count["CPU"] = placement.num_towers
+        return config
+    split = _logical_configuration(placement)
+    if split is None:
+        config.gpu_options.allow_growth = True
+        return config
+    for _ in range(placement.physical_gpus):
+        config.gpu_options.experimental.virtual_devices.add(
+            memory_limit_mb=[float(device.memory_limit) for device in split])
+    return config
+
+
+
+
+def cpu_supports_bf16(cpuinfo_path=machine.CPUINFO):
+    """True when the CPU has bf16 matrix instructions (AVX512-BF16 or AMX-BF16)."""
+    flags = machine.cpu_flags(cpuinfo_path)
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def check_precision(precision, placement, bf16_cpu=None, gpus=None):
+    """Raises PlacementError when `precision` cannot run on this placement.
+
+    bf16 on CPU towers needs a CPU with bf16 instructions; on GPU towers, GPUs of compute
+    capability 8.0 or newer. fp16 (with loss scaling) needs GPU towers. `bf16_cpu` and `gpus`
+    (a list of GpuInfo) stand in for this machine's in tests.
+    """
+    if precision not in PRECISIONS:
+        raise PlacementError(f"--precision={precision}: use one of {', '.join(PRECISIONS)}.")
+    if precision == "bf16" and placement.device_type == "gpu":
+        lacking = [gpu for gpu in (gpu_infos() if gpus is None else gpus) if not gpu.has_bf16]
+        if lacking:
+            gpu = lacking[0]
+            raise PlacementError(
+                f"--precision=bf16 needs GPUs of compute capability 8.0 or newer; GPU "
+                f"{gpu.index} ({gpu.name}) has {'.'.join(map(str, gpu.compute_capability))}: "
+                "use --precision=fp16 there (dynamic loss scaling) or fp32.")
+    if precision == "bf16" and placement.device_type == "cpu":
+        if not (cpu_supports_bf16() if bf16_cpu is None else bf16_cpu):
+            raise PlacementError("--precision=bf16 needs a CPU with AVX512-BF16 or AMX "
+                                 "instructions; this one has neither, use --precision=fp32.")
+    if precision == "fp16" and placement.device_type != "gpu":
+        raise PlacementError("--precision=fp16 needs GPU towers; on this CPU use "
+                             "--precision=bf16 (if it has bf16 instructions) or fp32.")
+
+
+def tower_compute_dtype(precision, placement):
+    """The dtype GPU towers are built in (mixed_precision.py): bfloat16 or float16 for
+    --precision bf16 / fp16 on GPUs; None for fp32 and for CPU towers (there bf16 comes from
+    TensorFlow's oneDNN rewrite, apply_precision)."""
+    if placement.device_type != "gpu" or precision == "fp32":
+        return None
+    return {"bf16": tf.bfloat16, "fp16": tf.float16}[precision]
+
+
+def apply_precision(config, precision, placement):
+    """Turns on TensorFlow's oneDNN bf16 rewrite in `config` for bf16 on CPU towers (TensorFlow
+    has no bf16 rewrite for GPUs; GPU towers are built in their dtype instead). Variables, the
+    loss and the averaging stay float32; convolutions, matmuls and batch norm run in bf16.
+    Returns `config`."""
+    if precision == "bf16" and placement.device_type == "cpu":
+        rewrite = config.graph_options.rewrite_options
+        rewrite.auto_mixed_precision_onednn_bfloat16 = rewrite.ON
+    return config
+
+
+VARIABLE_DEVICES = {"cpu": "/cpu:0", "gpu": "/gpu:0"}
+VARIABLE_DEVICE_CHOICES = ("auto", *VARIABLE_DEVICES)
+
+
+def check_variable_device(variable_device, placement, distributed=False):
+    """Raises PlacementError unless the variables can live on `variable_device` ('auto', 'cpu'
+    or 'gpu'); returns its device name. 'gpu' (the first GPU) needs GPU towers on this machine.
+
+    'auto': the first GPU when the towers share one physical GPU (nothing to average, so a copy
+    of the weights to the host and back would be pure cost); otherwise the CPU, as in the
+    original (several GPUs average there; a cluster keeps them on its parameter servers).
+    """
+    if variable_device not in VARIABLE_DEVICE_CHOICES:
+        raise PlacementError(f"--variable_device={variable_device}: use auto, cpu or gpu.")
+    if variable_device == "auto":
+        one_gpu = placement.device_type == "gpu" and placement.physical_gpus == 1
+        variable_device = "gpu" if one_gpu and not distributed else "cpu"
+    if variable_device == "gpu":
+        if placement.device_type != "gpu":
+            raise PlacementError("--variable_device=gpu needs GPU towers and this machine has "
+                                 "no GPU; leave it at auto or cpu.")
+        if distributed:
+            raise PlacementError("--variable_device=gpu is for one machine; on a cluster the "
+                                 "variables live on the parameter servers.")
+    return VARIABLE_DEVICES[variable_device]
+
+
+def apply_xla(config):
+    """Turns on XLA auto-clustering in `config` (TensorFlow compiles the fusable parts of the
+    step); returns it. On CPUs this works only in a process that called
+    cli.allow_xla_on_cpu() before TensorFlow listed its devices (every entry point does)."""
+    config.graph_options.optimizer_options.global_jit_level = tf1.OptimizerOptions.ON_1
+    return config

@@ -1,0 +1,297 @@
+"""The training graph: input -> towers -> per-stage averaged gradients -> update.
+
+A pure graph builder: `build_train_graph` returns the ops and tensors the loop runs; it owns no
+session, writes no files and reads no flags. The towers' forward pass is built once; every
+stage of the training plan (plans.py) gets its own gradients, optimizer and train op from the
+same tower machinery (towers.py), so `mean_loss`, None-safe averaging and the NaN check work
+the same in every stage.
+"""
+
+import dataclasses
+
+import tensorflow as tf
+
+from inception.config import plans
+from inception.model.network import BATCH_NORM_DECAY
+from inception.parallel import gpu_prefetch
+from inception.parallel import loss_scaling
+from inception.parallel import optimizers as optimizers_lib
+from inception.parallel import towers as towers_lib
+
+tf1 = tf.compat.v1
+
+MOVING_AVERAGE_DECAY = 0.9999
+VARIABLE_DEVICE = "/cpu:0"
+
+
+@dataclasses.dataclass(frozen=True)
+class StageOps:
+    """What the loop runs while one stage is current.
+
+    train_op: one synchronous step of this stage (its gradients, update, EMA, batch-norm
+    statistics); tower_losses: float32 [num_towers], each tower's loss in this stage;
+    tower_gradient_norms: float32 [num_towers], the global norm of each tower's gradients in
+    this step (NaN/Inf: that tower's update was not finite); mean_loss: their mean; variables:
+    names of the variables this stage trains; skipped: variables of the stage that its loss
+    does not reach (left out).
+    """
+    stage: plans.Stage
+    train_op: tf.Operation
+    tower_losses: tf.Tensor
+    tower_gradient_norms: tf.Tensor
+    mean_loss: tf.Tensor
+    learning_rate: tf.Tensor
+    summary_op: tf.Tensor
+    variables: list
+    skipped: list
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainGraph:
+    """Everything the training loop needs; `stages[i]` belongs to `plan.stages[i]`.
+
+    input_fill: with inputs staged on the towers' devices, the op that stages the first batch
+    (run once after `input_initializer`, before the first step); None without staging.
+    loss_scaled: dynamic loss scaling is on (fp16): a step whose gradients overflow skips its
+    update by design, so only a non-finite loss means divergence.
+    examples_per_step: the input batch of one step (this task's global batch).
+    """
+    global_step: tf.Variable
+    plan: plans.TrainingPlan
+    stages: list
+    corrupt_records: tf.Tensor
+    input_initializer: tf.Operation
+    moving_average: tf1.train.ExponentialMovingAverage
+    examples_per_step: int = None
+    input_fill: tf.Operation = None
+    loss_scaled: bool = False
+
+    @property
+    def skipped_variables(self):
+        """Names of variables some stage leaves out because its loss does not reach them."""
+        return sorted({name for ops in self.stages for name in ops.skipped})
+
+
+def warmed_up_decay(max_decay, global_step):
+    """min(max_decay, (1 + step) / (10 + step)): moving averages that are useful in short runs.
+
+    With a fixed 0.9997 the batch-norm statistics stay near their initial values for hundreds of
+    steps; this warm-up (the rule ExponentialMovingAverage applies with num_updates) lets them
+    follow the data early and reach the full decay later.
+    """
+    step = tf.cast(global_step, tf.float32)
+    return tf.minimum(max_decay, (1.0 + step) / (10.0 + step), name="batch_norm_decay")
+
+
+def learning_rate_schedule(settings, global_step, steps_per_epoch):
+    """The original's staircase exponential decay of settings.OptimizationSettings `settings`,
+    ramped up linearly over the first `settings.warmup_steps` steps: a scalar float32 tensor."""
+    decayed = tf1.train.exponential_decay(
+        settings.initial_learning_rate, global_step, settings.decay_steps(steps_per_epoch),
+        settings.learning_rate_decay_factor, staircase=True,
+        name="learning_rate" if not settings.warmup_steps else "decayed_learning_rate")
+    if not settings.warmup_steps:
+        return decayed
+    step = tf.cast(global_step, tf.float32)
+    warmed = tf.minimum(1.0, (step + 1.0) / float(settings.warmup_steps))
+    return tf.multiply(decayed, warmed, name="learning_rate")
+
+
+def build_train_graph(input_batch, make_model_fn, optimization, tower_devices,
+                      examples_per_epoch, histograms=False, wrap_optimizer=None,
+                      initial_loss_scale=None, variable_device=VARIABLE_DEVICE,
+                      stage_inputs=False, learning_rate=None):
+    """Builds the towers once and one train op per stage of `optimization`'s plan (in the
+    default graph).
+
+    Args:
+      input_batch: input_pipeline.InputBatch of the global batch.
+      make_model_fn: callable(batch_norm_decay) -> model_fn(images, labels) -> {term: loss};
+        e.g. functools.partial(model.make_model_fn, model_settings).
+      optimization: settings.OptimizationSettings with the data set's defaults filled in
+        (settings.with_defaults); its plan (None: everything in one stage) and schedule.
+      tower_devices: one device name per tower, e.g. ['/cpu:0', '/cpu:1'].
+      examples_per_epoch: examples in the training subset (the schedule decays per epoch).
+      histograms: add gradient and variable histograms to the summaries (costly).
+      wrap_optimizer: optional callable(optimizer, moving_average, variables) -> an optimizer
+        whose apply_gradients also updates `moving_average` of `variables` (distributed/worker.py:
+        synchronous replicas, whose chief applies both once per global step).
+      initial_loss_scale: turns on dynamic loss scaling (loss_scaling.py; for fp16 towers)
+        starting at this scale; None: off. Not combinable with wrap_optimizer.
+      variable_device: where the variables, the gradient averaging and the updates run (the
+        CPU, as in the original; the first GPU on one-GPU machines, devices.py).
+      stage_inputs: copy each tower's input to its device a step ahead (gpu_prefetch.py; GPUs).
+      learning_rate: a scalar float32 tensor every stage uses instead of its own rate (the
+        learning-rate range test feeds it); None: the schedule of `optimization`.
+
+    Returns:
+      TrainGraph. Raises plans.PlanError when a stage selects no variable or its loss
+      reaches none of its variables.
+    """
+    plan = optimization.training_plan().validate()
+    examples_per_step = int(input_batch.images.shape[0])
+    global_step = tf1.train.get_or_create_global_step()
+    with tf.device(variable_device):
+        schedule = (learning_rate_schedule(optimization, global_step,
+                                           examples_per_epoch / examples_per_step)
+                    if learning_rate is None else learning_rate)
+        bn_decay = warmed_up_decay(BATCH_NORM_DECAY, global_step)
+    towers, staged = _build_towers(input_batch, make_model_fn(bn_decay), tower_devices,
+                                   variable_device, stage_inputs)
+    regularization = towers_lib.regularization_loss(variable_device)
+    with tf.device(variable_device):
+        moving_average = _averages_of_every_variable(global_step)
+        loss_scale = (loss_scaling.create_loss_scale(initial_loss_scale)
+                      if initial_loss_scale is not None else None)
+    # The user-facing rule (no fp16 on a cluster) lives in settings.py; this is its invariant.
+    assert loss_scale is None or wrap_optimizer is None, "loss scaling with sync replicas"
+    step_extras = towers_lib.batch_norm_updates(towers) + ([staged.put_op] if staged else [])
+    shared = _SharedParts(towers, regularization, schedule, bn_decay, global_step,
+                          moving_average, step_extras, input_batch, histograms,
+                          len(plan.stages) == 1, variable_device, wrap_optimizer, loss_scale,
+                          learning_rate is not None)
+    stage_ops = [_build_stage(stage, index, shared) for index, stage in enumerate(plan.stages)]
+    return TrainGraph(global_step=global_step, plan=plan, stages=stage_ops,
+                      corrupt_records=input_batch.corrupt_records,
+                      input_initializer=input_batch.initializer, moving_average=moving_average,
+                      examples_per_step=examples_per_step,
+                      input_fill=staged.put_op if staged else None,
+                      loss_scaled=loss_scale is not None)
+
+
+def _build_towers(input_batch, model_fn, tower_devices, variable_device, stage_inputs):
+    """Splits the global batch over the towers (staged on their devices one step ahead when
+    `stage_inputs`) and builds them; returns (towers, gpu_prefetch.StagedInputs or None)."""
+    tower_inputs = towers_lib.split_batch((input_batch.images, input_batch.labels),
+                                          len(tower_devices))
+    staged = gpu_prefetch.stage_on_devices(tower_inputs, tower_devices) if stage_inputs else None
+    if staged is not None:
+        tower_inputs = staged.tower_inputs
+    return (towers_lib.build_towers(model_fn, tower_inputs, tower_devices, variable_device),
+            staged)
+
+
+def _averages_of_every_variable(global_step):
+    # Every trainable variable gets its average now, whatever the stages train, so that
+    # checkpoints always hold the averages evaluation restores.
+    moving_average = tf1.train.ExponentialMovingAverage(MOVING_AVERAGE_DECAY,
+                                                        num_updates=global_step)
+    moving_average.apply(tf1.trainable_variables())
+    return moving_average
+
+
+def sync_averages_op(moving_average, variables):
+    """An op setting the moving averages of `variables` to their current values (after a
+    pretrained restore, or for averages a checkpoint lacks); a no-op for an empty list. Each
+    assignment runs where its average lives (wherever --variable_device put it)."""
+    with tf.name_scope("sync_averages"):
+        return tf.group(*[moving_average.average(v).assign(v) for v in variables])
+
+
+@dataclasses.dataclass(frozen=True)
+class _SharedParts:
+    towers: list
+    regularization: tf.Tensor
+    schedule: tf.Tensor
+    bn_decay: tf.Tensor
+    global_step: tf.Variable
+    moving_average: tf1.train.ExponentialMovingAverage
+    step_extras: list  # run with every step: batch-norm statistics, the next staged input
+    input_batch: object
+    histograms: bool
+    single_stage: bool
+    variable_device: str = VARIABLE_DEVICE
+    wrap_optimizer: object = None
+    loss_scale: loss_scaling.LossScale = None
+    rate_fed: bool = False  # every stage takes `schedule`, whatever its plan says
+
+
+def _build_stage(stage, index, shared):
+    trainable = tf1.trainable_variables()
+    var_list = optimizers_lib.select_variables(stage, trainable)
+    with tf.name_scope(f"stage_{stage.name}"):
+        tower_totals = towers_lib.tower_total_losses(shared.towers, shared.regularization,
+                                                     stage.loss_terms)
+        with tf.device(shared.variable_device):
+            tower_losses = tf.stack(tower_totals, name="tower_losses")
+            mean_loss = towers_lib.mean_over_towers(tower_totals)
+        scale = shared.loss_scale.scale if shared.loss_scale else None
+        gradients = towers_lib.build_gradients(shared.towers, var_list, shared.regularization,
+                                               stage.loss_terms, device=shared.variable_device,
+                                               loss_scale=scale)
+        if not gradients.grads_and_vars:
+            terms = ", ".join(stage.loss_terms or sorted(shared.towers[0].loss_terms))
+            raise plans.PlanError(
+                f"stage {stage.name!r}: its loss ({terms}) reaches none of its "
+                f"{len(var_list)} variables; pick scopes the loss depends on, or other loss "
+                "terms.")
+        trained = [variable for _, variable in gradients.grads_and_vars]
+        with tf.device(shared.variable_device):
+            learning_rate = (shared.schedule if stage.learning_rate is None or shared.rate_fed
+                             else tf.constant(stage.learning_rate, name="learning_rate"))
+            optimizer = optimizers_lib.make_optimizer(stage, learning_rate, shared.single_stage)
+            update_ops = _update_ops(optimizer, gradients.grads_and_vars, trained, shared)
+            train_op = tf.group(*update_ops, *shared.step_extras, name="train_op")
+        summary_op = _summaries(shared, stage, index, tower_totals, mean_loss, learning_rate,
+                                gradients.grads_and_vars)
+    return StageOps(stage=stage, train_op=train_op, tower_losses=tower_losses,
+                    tower_gradient_norms=gradients.tower_norms, mean_loss=mean_loss,
+                    learning_rate=learning_rate, summary_op=summary_op,
+                    variables=[v.op.name for v in trained], skipped=gradients.skipped)
+
+
+def _update_ops(optimizer, grads_and_vars, trained, shared):
+    """Ops applying the averaged gradients and then the moving averages of `trained`."""
+    if shared.wrap_optimizer is not None:
+        wrapped = shared.wrap_optimizer(optimizer, shared.moving_average, trained)
+        return [wrapped.apply_gradients(grads_and_vars, global_step=shared.global_step)]
+    def apply_and_average():
+        apply_op = optimizer.apply_gradients(grads_and_vars, global_step=shared.global_step)
+        with tf.control_dependencies([apply_op]):
+            return [apply_op, shared.moving_average.apply(trained)]
+
+    if shared.loss_scale is None:
+        return apply_and_average()
+    return [loss_scaling.apply_if_finite(grads_and_vars, apply_and_average, shared.global_step,
+                                         shared.loss_scale)]
+
+
+def scalar_summary(tag, value):
+    """A scalar summary with exactly `tag` (tf.summary.scalar would uniquify it to e.g.
+    `mean_loss_1` because an op of that name exists)."""
+    return tf.raw_ops.ScalarSummary(tags=tag, values=tf.cast(value, tf.float32))
+
+
+def _summaries(shared, stage, index, tower_totals, mean_loss, learning_rate, grads_and_vars):
+    """TensorBoard summaries of one step of `stage`, merged into one op (run only when due)."""
+    input_batch = shared.input_batch
+    with tf.device(VARIABLE_DEVICE), tf.name_scope("summaries"):  # summary ops are CPU-only
+        summaries = [scalar_summary("mean_loss", mean_loss),
+                     scalar_summary("regularization_loss", shared.regularization),
+                     scalar_summary("learning_rate", learning_rate),
+                     scalar_summary("batch_norm_decay", shared.bn_decay),
+                     scalar_summary("stage", index),
+                     *([scalar_summary("loss_scale", shared.loss_scale.scale)]
+                       if shared.loss_scale else []),
+                     scalar_summary("input/corrupt_records", input_batch.corrupt_records)]
+        for tower, total in zip(shared.towers, tower_totals):
+            summaries.append(scalar_summary(f"tower_{tower.index}/total_loss", total))
+            terms = stage.loss_terms or sorted(tower.loss_terms)
+            for name in terms:
+                summaries.append(scalar_summary(f"tower_{tower.index}/{name}",
+                                                tower.loss_terms[name]))
+        grads = [grad for grad, _ in grads_and_vars]
+        summaries.append(scalar_summary("gradient_norm", tf.linalg.global_norm(grads)))
+        if input_batch.images.shape.rank == 4 and input_batch.images.shape[-1] in (1, 3):
+            shown = tf.image.convert_image_dtype((input_batch.images[:3] + 1.0) / 2.0, tf.uint8,
+                                                 saturate=True)
+            summaries.append(tf.raw_ops.ImageSummary(tag="input_images", tensor=shown,
+                                                     max_images=3))
+        if shared.histograms:
+            for grad, variable in grads_and_vars:
+                name = variable.op.name
+                summaries.append(tf.raw_ops.HistogramSummary(tag=f"gradients/{name}",
+                                                             values=grad))
+                summaries.append(tf.raw_ops.HistogramSummary(tag=f"variables/{name}",
+                                                             values=variable))
+        return tf1.summary.merge(summaries)

@@ -1,0 +1,98 @@
+"""What each save recorded of its checkpoint, and which checkpoint is healthy.
+
+A finite checkpoint is not always one training can continue from: one step at a huge learning
+rate writes huge but finite weights from which the next step is NaN. So the training loop
+records, for every checkpoint it writes, what it knew then (`SaveRecord`), and marks it
+verified once the first step trained from it was sound; after a divergence
+`HealthRecords.last_healthy` picks the checkpoint to name, resume from and roll back to. The
+records live in `<train_dir>/checkpoint_health.json`; they are advisory: a missing or damaged
+file never stops a run (checkpoints without a record count as verified).
+"""
+
+import dataclasses
+import json
+import os
+
+import tensorflow as tf
+
+from common import error_lines
+from common import files
+from inception.run.checkpoint_io import step_of
+
+HEALTH_FILE = "checkpoint_health.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class SaveRecord:
+    """What the loop knew of a checkpoint: the mean loss and the largest tower gradient norm of
+    the step that made its weights, the smoothed loss then, whether that smoothed loss was above
+    the divergence threshold (`climbing`), and whether the first step trained from it had a
+    finite loss and update with the loss below that threshold (`verified`; False until then).
+
+    A checkpoint is healthy when it was not written while climbing and, if the run diverged
+    after it, its first step from it was verified: see HealthRecords.last_healthy.
+    """
+    step: int
+    loss: float
+    gradient_norm: float
+    smoothed_loss: float
+    climbing: bool
+    verified: bool = False
+
+
+class HealthRecords:
+    """The records of one run directory (a run_directory.RunDirectory)."""
+
+    def __init__(self, directory):
+        self.directory = directory
+
+    def read(self):
+        """{checkpoint name: SaveRecord} of the checkpoints here that have one."""
+        path = self.directory.file(HEALTH_FILE)
+        if not tf.io.gfile.exists(path):
+            return {}
+        try:
+            payload = json.loads(files.read_text(path))
+            return {name: SaveRecord(**record) for name, record in payload.items()}
+        except (ValueError, TypeError):
+            return {}  # advisory only: a damaged record file must not stop a run
+
+    def record_save(self, prefix, record, log=print):
+        """Adds `record` for the checkpoint `prefix` (forgetting checkpoints no longer here).
+        A record that cannot be written is one warning line: the checkpoint itself is fine."""
+        records = self.read()
+        records[os.path.basename(prefix)] = record
+        self._write(records, prefix, log)
+
+    def mark_verified(self, prefix, log=print):
+        """Records that the first step trained from checkpoint `prefix` was sound."""
+        records = self.read()
+        name = os.path.basename(prefix)
+        if name in records and not records[name].verified:
+            records[name] = dataclasses.replace(records[name], verified=True)
+            self._write(records, prefix, log)
+
+    def _write(self, records, prefix, log):
+        present = {os.path.basename(path) for path in self.directory.candidates()}
+        payload = {name: dataclasses.asdict(record) for name, record in records.items()
+                   if name in present}
+        try:
+            files.write_text_atomically(self.directory.file(HEALTH_FILE),
+                                        json.dumps(payload, indent=1, sort_keys=True) + "\n")
+        except (OSError, tf.errors.OpError) as error:
+            log(f"warning: could not record the health of {prefix} in {HEALTH_FILE} "
+                f"({error_lines.file_error_cause(error)}).")
+
+    def last_healthy(self, first_bad_step):
+        """After a divergence whose first suspect weights are those of step `first_bad_step`:
+        the newest checkpoint that was not written while the loss was climbing and that is
+        older than `first_bad_step` or was verified by a sound step; None when there is none.
+        Checkpoints without a record (older runs) count as verified."""
+        records = self.read()
+        for path in self.directory.candidates():
+            record = records.get(os.path.basename(path))
+            if record is None:
+                return path
+            if not record.climbing and (record.verified or step_of(path) < first_bad_step):
+                return path
+        return None

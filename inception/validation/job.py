@@ -1,0 +1,196 @@
+"""One evaluation job from one EvalSettings: model settings from the checkpoint directory, the
+subset's shards, then one checkpoint (`run_once`) or every new one as it appears."""
+
+import dataclasses
+import os
+import time
+
+import tensorflow as tf
+
+from common import error_lines
+from inception.inputs import datasets
+from inception.inputs import pipeline
+from inception.loop.stop_request import StopRequest
+from inception.parallel import devices
+from inception.run import checkpoint_io
+from inception.run.checkpoint_io import step_of
+from inception.run.directory import RunDirectory
+from inception.run.directory import SETTINGS_FILE
+from inception.validation import scoring
+
+tf1 = tf.compat.v1
+
+
+def default_eval_dir(checkpoint_dir, subset):
+    """`<checkpoint_dir>/eval_<subset>`: TensorBoard on the training directory shows both runs."""
+    return os.path.join(checkpoint_dir, f"eval_{subset}")
+
+
+def resolve_settings(job, log=print):
+    """(ModelSettings, Dataset) from the checkpoint directory, with the overrides of the
+    EvalSettings `job`."""
+    stored = RunDirectory(job.checkpoint_dir).require_settings()
+    settings = stored.model
+    overrides = {name: getattr(job, name) for name in ("image_size", "depth_multiplier")
+                 if getattr(job, name) is not None}
+    if overrides:
+        settings = dataclasses.replace(settings, **overrides)
+        log(f"note: overriding the stored model settings with {overrides}")
+    dataset = datasets.resolve_dataset(settings.dataset, job.data_dir or stored.data.data_dir,
+                                       settings.num_classes - 1, log=log)
+    return settings, dataset
+
+
+def wait_for_settings(job, stop, log=print, sleep=time.sleep):
+    """Watching a run that has only just started: waits until its settings file exists (its
+    first moments, before it wrote one), `job.timeout_secs` passed (then the error says so) or
+    a stop was requested; returns whether the file is there."""
+    directory = RunDirectory(job.checkpoint_dir)
+    path = directory.file(SETTINGS_FILE)
+    started = time.time()
+    if tf.io.gfile.exists(path):
+        return True
+    missing = "" if directory.exists() else "; the directory does not exist yet: check the path"
+    log(f"waiting for training to write {path} (every {job.eval_interval_secs:g} s{missing})...")
+    while not stop.requested:
+        if tf.io.gfile.exists(path):
+            return True
+        if job.timeout_secs and time.time() - started >= job.timeout_secs:
+            raise checkpoint_io.CheckpointError(
+                f"{job.checkpoint_dir} has no {SETTINGS_FILE} after {job.timeout_secs:g} s; is "
+                "training running with --train_dir there?")
+        wait(job.eval_interval_secs, stop, sleep)
+    return False
+
+
+class EvalDirError(ValueError):
+    """The summaries cannot be written where they would go; the message says what to pass."""
+
+
+def open_summary_writer(eval_dir, graph):
+    """A FileWriter on `eval_dir` (created), checked before any evaluation work; EvalDirError
+    (one line, suggesting --eval_dir) when the directory cannot be written, e.g. a run on a
+    read-only share whose default eval_dir lies inside it."""
+    try:
+        tf.io.gfile.makedirs(eval_dir)
+        with graph.as_default():  # v1 FileWriter refuses to start in eager mode
+            writer = tf1.summary.FileWriter(eval_dir)
+        writer.flush()
+        return writer
+    except (tf.errors.OpError, OSError) as error:
+        reason = error_lines.root_cause(getattr(error, "message", None) or str(error))
+        raise EvalDirError(f"cannot write evaluation summaries to {eval_dir} ({reason}); pass "
+                           "--eval_dir=<a directory you can write>.") from None
+
+
+def run_evaluation(job, log=print, logits_fn=None):
+    """Evaluates as `job` says; returns the list of EvalResult (one per checkpoint)."""
+    job.validate()
+    # Memory growth before anything creates the GPU devices: evaluation shares the GPU with a
+    # training run beside it.
+    devices.configure_gpus(devices.plan_towers(None, devices.count_gpus()))
+    if job.run_once:
+        return _evaluate(job, None, log, logits_fn)
+    with StopRequest(log, "stopping after the current evaluation") as stop:
+        if not wait_for_settings(job, stop, log):
+            return []
+        return _evaluate(job, stop, log, logits_fn)
+
+
+def _evaluate(job, stop, log, logits_fn):
+    settings, dataset = resolve_settings(job, log)
+    eval_dir = job.eval_dir or default_eval_dir(job.checkpoint_dir, job.subset)
+    shards = dataset.shards(job.subset)
+    expected = dataset.num_examples(job.subset, log)
+    if job.num_examples:
+        expected = min(expected, job.num_examples)
+    directory = RunDirectory(job.checkpoint_dir)
+    latest = directory.require_checkpoint(log) if job.run_once else None
+    eval_graph = scoring.build_eval_graph(shards, settings, job.batch_size,
+                                            job.num_examples, job.strict_input,
+                                            logits_fn=logits_fn)
+    writer = open_summary_writer(eval_dir, eval_graph.graph)
+    results = []
+    config = tf1.ConfigProto(allow_soft_placement=True)
+    config.gpu_options.allow_growth = True
+
+    def evaluate(path):
+        log(f"evaluating {path} on {expected} {job.subset} examples of {dataset.name}...")
+        try:
+            result = scoring.evaluate_checkpoint(eval_graph, path, config, expected)
+        except tf.errors.OpError as error:
+            input_error = pipeline.explain(error)
+            if input_error is None:
+                raise
+            raise input_error from None
+        scoring.write_summaries(writer, result)
+        log(f"step {result.step}: {result.line()}, loss = {result.loss:.4f}"
+            + (f", {result.corrupt_records} damaged images skipped"
+               if result.corrupt_records else ""))
+        results.append(result)
+
+    try:
+        if job.run_once:
+            evaluate(latest)
+        else:
+            watch_checkpoints(job.checkpoint_dir, evaluate, job.eval_interval_secs,
+                                        job.timeout_secs, stop, log)
+    finally:
+        writer.close()
+    log(f"eval summaries: {eval_dir}")
+    return results
+
+
+def watch_checkpoints(checkpoint_dir, evaluate, interval_secs, timeout_secs=0, stop=None,
+                      log=print, sleep=time.sleep):
+    """Calls `evaluate(path)` once for every new checkpoint in `checkpoint_dir`, oldest first;
+    one that raises CheckpointError (e.g. damaged) is named in one line and skipped.
+
+    Only checkpoints listed in the directory's `checkpoint` state file (which TensorFlow
+    rewrites after the files are complete) are read. Returns the number evaluated when
+    `stop.requested` turns true, or when no new checkpoint appeared for `timeout_secs` (> 0).
+    """
+    directory = RunDirectory(checkpoint_dir)
+    last_step = -1
+    evaluated = 0
+    idle_since = time.time()
+    waiting_logged = False
+    while stop is None or not stop.requested:
+        pending = [path for path in directory.listed() if step_of(path) > last_step]
+        for path in sorted(pending, key=step_of):
+            if stop is not None and stop.requested:
+                break
+            last_step = step_of(path)
+            idle_since = time.time()
+            if not tf.io.gfile.exists(path + ".index"):
+                log(f"{path} was deleted before it could be evaluated (training keeps only the "
+                    "newest few); skipping it.")
+                continue
+            try:
+                evaluate(path)
+            except checkpoint_io.CheckpointError as error:
+                log(f"skipping {path}: {error}")
+                continue
+            evaluated += 1
+        if pending:
+            waiting_logged = False
+            continue
+        if timeout_secs and time.time() - idle_since >= timeout_secs:
+            log(f"no new checkpoint in {checkpoint_dir} for {timeout_secs:g} s; stopping.")
+            break
+        if not waiting_logged:
+            log(f"waiting for a new checkpoint in {checkpoint_dir} (every {interval_secs:g} s)...")
+            waiting_logged = True
+        wait(interval_secs, stop, sleep)
+    return evaluated
+
+
+def wait(seconds, stop, sleep, slice_secs=0.5):
+    """Sleeps `seconds` in short slices, returning early once `stop.requested` (a signal arrived:
+    Python resumes an interrupted sleep, so one long sleep would delay the stop)."""
+    deadline = time.time() + seconds
+    while stop is None or not stop.requested:
+        remaining = deadline - time.time()
+        if remaining <= 0:
+            return
+        sleep(min(slice_secs, remaining))

@@ -1,0 +1,151 @@
+"""Scoring one checkpoint: precision@1, recall@5 and loss over exactly the subset's examples.
+
+The graph is built once; each checkpoint is restored into it (exponential-moving-average
+weights for the trainable variables, the batch-norm moving statistics as they are) and the
+subset is read once, in order. Counts are summed in Python, so the last partial batch counts
+once and nothing is padded into the score.
+"""
+
+import dataclasses
+
+import numpy as np
+import tensorflow as tf
+
+from common.progress import ProgressBar
+from inception.inputs import pipeline
+from inception.model import network
+from inception.run import checkpoint_io
+from inception.run.checkpoint_io import step_of
+
+tf1 = tf.compat.v1
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalResult:
+    """Scores of one checkpoint over `num_examples` examples (damaged ones are not counted)."""
+    step: int
+    precision_at_1: float
+    recall_at_5: float
+    loss: float
+    num_examples: int
+    corrupt_records: int = 0
+
+    def line(self):
+        """The original's result line, with the example count."""
+        return (f"precision @ 1 = {self.precision_at_1:.4f} recall @ 5 = {self.recall_at_5:.4f} "
+                f"[{self.num_examples} examples]")
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalGraph:
+    """Per-batch tensors of the evaluation graph and how to restore a checkpoint into it."""
+    graph: tf.Graph
+    input_initializer: tf.Operation
+    local_initializer: tf.Operation
+    top1_correct: tf.Tensor
+    top5_correct: tf.Tensor
+    loss_sum: tf.Tensor
+    batch_examples: tf.Tensor
+    corrupt_records: tf.Tensor
+    restore_map: dict
+    saver: tf1.train.Saver
+
+
+def batch_scores(logits, labels):
+    """Counts for one batch.
+
+    Args:
+      logits: float32 [batch, num_classes]; labels: int32 [batch].
+
+    Returns:
+      (top-1 correct, top-5 correct, sum of cross-entropy): scalars; top-k uses k =
+      min(5, num_classes) and counts ties as in the top k, as tf.math.in_top_k does.
+    """
+    k = min(5, logits.shape[-1])
+    top1 = tf.reduce_sum(tf.cast(tf.math.in_top_k(labels, logits, 1), tf.int64))
+    top5 = tf.reduce_sum(tf.cast(tf.math.in_top_k(labels, logits, k), tf.int64))
+    loss = tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels,
+                                                                        logits=logits))
+    return top1, top5, loss
+
+
+def restore_map_with_averages(variables):
+    """{checkpoint name: variable}: trainable variables from their moving averages, others as is.
+
+    The averages' names do not depend on the decay, so none is needed here."""
+    averages = tf1.train.ExponentialMovingAverage(decay=0.0)
+    trainable = set(tf1.trainable_variables())
+    return {averages.average_name(v) if v in trainable else v.op.name: v for v in variables}
+
+
+def build_eval_graph(shards, settings, batch_size, max_examples=0, strict=False,
+                     logits_fn=None):
+    """Builds the evaluation graph for `settings` over `shards`.
+
+    Args:
+      max_examples: evaluate only the first this many records (0: all).
+      logits_fn: callable(images, settings) -> logits [batch, num_classes]; Inception v3 in
+        inference mode by default (tests pass a tiny model).
+    """
+    logits_fn = logits_fn or (lambda images, s: network.inception_logits(images, s, False)[0])
+    graph = tf.Graph()
+    with graph.as_default():
+        with tf.device("/cpu:0"):
+            batch = pipeline.build_eval_input(shards, batch_size, settings.image_size,
+                                                    settings.num_classes, strict=strict,
+                                                    max_examples=max_examples)
+        logits = logits_fn(batch.images, settings)
+        top1, top5, loss_sum = batch_scores(logits, batch.labels)
+        batch_examples = tf.size(batch.labels, out_type=tf.int64)
+        tf1.train.get_or_create_global_step()
+        restore_map = restore_map_with_averages(tf1.global_variables())
+        saver = tf1.train.Saver(restore_map)
+        local_init = tf1.local_variables_initializer()
+    graph.finalize()
+    return EvalGraph(graph=graph, input_initializer=batch.initializer,
+                     local_initializer=local_init, top1_correct=top1, top5_correct=top5,
+                     loss_sum=loss_sum, batch_examples=batch_examples,
+                     corrupt_records=batch.corrupt_records, restore_map=restore_map, saver=saver)
+
+
+def evaluate_checkpoint(eval_graph, checkpoint_path, session_config=None, expected_examples=0,
+                        show_progress=True):
+    """Restores `checkpoint_path` and scores the whole subset once; returns EvalResult.
+    Raises CheckpointError naming the checkpoint when it does not restore."""
+    totals = np.zeros(4, dtype=np.float64)
+    with tf1.Session(graph=eval_graph.graph, config=session_config) as session:
+        checkpoint_io.restore_or_explain(eval_graph.saver, session, checkpoint_path,
+                                       eval_graph.restore_map)
+        progress = ProgressBar(expected_examples, "images") if show_progress else None
+        session.run([eval_graph.local_initializer, eval_graph.input_initializer])
+        fetches = [eval_graph.top1_correct, eval_graph.top5_correct, eval_graph.loss_sum,
+                   eval_graph.batch_examples]
+        while True:
+            try:
+                values = session.run(fetches)
+            except tf.errors.OutOfRangeError:
+                break
+            totals += values
+            if progress:
+                progress.update(int(values[3]))
+        corrupt = int(session.run(eval_graph.corrupt_records))
+    if progress:
+        progress.close()
+    count = int(totals[3])
+    if count == 0:
+        raise checkpoint_io.CheckpointError("the evaluation subset yielded no examples; check "
+                                          "--data_dir and --subset.")
+    return EvalResult(step=step_of(checkpoint_path),
+                      precision_at_1=totals[0] / count, recall_at_5=totals[1] / count,
+                      loss=totals[2] / count, num_examples=count, corrupt_records=corrupt)
+
+
+def write_summaries(writer, result):
+    """Adds the result's scalars to `writer` at the checkpoint's global step."""
+    values = [("eval/precision_at_1", result.precision_at_1),
+              ("eval/recall_at_5", result.recall_at_5), ("eval/loss", result.loss),
+              ("eval/num_examples", result.num_examples),
+              ("eval/corrupt_records", result.corrupt_records)]
+    writer.add_summary(tf1.Summary(value=[tf1.Summary.Value(tag=tag, simple_value=value)
+                                          for tag, value in values]), result.step)
+    writer.flush()

@@ -1,0 +1,111 @@
+"""Cluster settings from flags or from TF_CONFIG (no TensorFlow needed)."""
+
+import json
+import unittest
+
+from absl.testing import absltest
+
+from inception.config import cluster as cluster_lib
+
+
+class ClusterSettingsTest(unittest.TestCase):
+
+    def settings(self, **overrides):
+        values = dict(job_name="worker", task_id=0, ps_hosts=["ps:2222"],
+                      worker_hosts=["w0:2222", "w1:2222"])
+        values.update(overrides)
+        return cluster_lib.cluster_settings(**values)
+
+    def test_defaults_aggregate_one_gradient_per_worker(self):
+        settings = self.settings()
+        self.assertTrue(settings.is_chief)
+        self.assertEqual(settings.replicas_to_aggregate, 2)
+        self.assertEqual(self.settings(num_replicas_to_aggregate=-1).replicas_to_aggregate, 2)
+        self.assertFalse(self.settings(task_id=1).is_chief)
+        self.assertFalse(self.settings(job_name="ps").is_chief)
+        self.assertIsNone(cluster_lib.cluster_settings("", 0, [], []))
+
+    def test_bad_clusters_are_refused_with_what_to_do(self):
+        cases = [
+            (dict(num_replicas_to_aggregate=3), "between 1 and the number of workers"),
+            (dict(task_id=2), "--task_id=2 but --worker_hosts lists 2"),
+            (dict(job_name="ps", task_id=1), "--task_id=1 but --ps_hosts lists 1"),
+            (dict(ps_hosts=[]), "--ps_hosts is empty"),
+            (dict(worker_hosts=["w0:2222", "w0:2222"]), "appears more than once"),
+            (dict(worker_hosts=["w0"]), "not host:port"),
+            (dict(job_name="chief"), "use ps or worker"),
+            (dict(job_name="", task_id=0), "need --job_name"),
+        ]
+        for overrides, pattern in cases:
+            with self.subTest(overrides=overrides):
+                with self.assertRaisesRegex(cluster_lib.ClusterConfigError, pattern):
+                    self.settings(**overrides)
+
+
+class TfConfigTest(unittest.TestCase):
+    """TF_CONFIG as Kubeflow's TFJob and Vertex AI write it."""
+
+    CLUSTER = {"ps": ["ps0:2222"], "worker": ["w0:2222", "w1:2222"]}
+
+    def from_env(self, task, cluster=None, **flags):
+        values = dict(job_name="", task_id=0, ps_hosts=[], worker_hosts=[])
+        values.update(flags)
+        return cluster_lib.cluster_settings(
+            **values, tf_config=json.dumps({"cluster": cluster or self.CLUSTER, "task": task}))
+
+    def test_the_task_and_cluster_come_from_tf_config_without_flags(self):
+        settings = self.from_env({"type": "worker", "index": 1})
+        self.assertEqual((settings.job_name, settings.task_id), ("worker", 1))
+        self.assertEqual(settings.ps_hosts, ("ps0:2222",))
+        self.assertEqual(settings.worker_hosts, ("w0:2222", "w1:2222"))
+        self.assertFalse(settings.is_chief)
+        self.assertEqual(self.from_env({"type": "ps", "index": 0}).job_name, "ps")
+
+    def test_a_chief_task_is_worker_zero(self):
+        cluster = {"chief": ["c0:2222"], "worker": ["w0:2222"], "ps": ["ps0:2222"]}
+        chief = self.from_env({"type": "chief", "index": 0}, cluster)
+        self.assertTrue(chief.is_chief)
+        self.assertEqual(chief.worker_hosts, ("c0:2222", "w0:2222"))
+        worker = self.from_env({"type": "worker", "index": 0}, cluster)
+        self.assertEqual(worker.task_id, 1)
+
+    def test_flags_that_agree_are_fine_and_flags_that_contradict_are_an_error(self):
+        agreeing = self.from_env({"type": "worker", "index": 1}, job_name="worker", task_id=1,
+                                 ps_hosts=["ps0:2222"])
+        self.assertEqual(agreeing.task_id, 1)
+        with self.assertRaisesRegex(cluster_lib.ClusterConfigError,
+                                    "--job_name=worker --task_id=0 but TF_CONFIG says worker 1"):
+            self.from_env({"type": "worker", "index": 1}, job_name="worker", task_id=0)
+        with self.assertRaisesRegex(cluster_lib.ClusterConfigError,
+                                    "--ps_hosts=other:1 but TF_CONFIG lists ps0:2222"):
+            self.from_env({"type": "ps", "index": 0}, ps_hosts=["other:1"])
+
+    def test_unusable_tf_config_is_one_clear_line(self):
+        cases = [("not json", "TF_CONFIG is not the JSON"),
+                 (json.dumps({"cluster": {"worker": ["w0:1", "w1:1"]},
+                              "task": {"type": "worker"}}),
+                  r"TF_CONFIG lists no ps tasks.*unset TF_CONFIG"),
+                 (json.dumps({"cluster": self.CLUSTER, "task": {"type": "evaluator"}}),
+                  "type 'evaluator'")]
+        for text, pattern in cases:
+            with self.subTest(text=text):
+                with self.assertRaisesRegex(cluster_lib.ClusterConfigError, pattern):
+                    cluster_lib.cluster_settings("", 0, [], [], tf_config=text)
+        self.assertIsNone(cluster_lib.cluster_settings("", 0, [], [], tf_config="  "))
+
+    def test_a_one_task_job_trains_on_this_machine(self):
+        # Single-replica jobs (e.g. Vertex AI's) describe the cluster as their one task.
+        for cluster, task in (({"chief": ["c0:2222"]}, {"type": "chief", "index": 0}),
+                              ({"worker": ["w0:2222"]}, {"type": "worker", "index": 0})):
+            with self.subTest(cluster=cluster):
+                self.assertIsNone(self.from_env(task, cluster))
+
+    def test_mistakes_in_tf_config_are_named_as_tf_config(self):
+        with self.assertRaisesRegex(cluster_lib.ClusterConfigError,
+                                    r"^TF_CONFIG's task index=2 but TF_CONFIG's chief and worker "
+                                    r"list lists 2 task\(s\)"):
+            self.from_env({"type": "worker", "index": 2})
+
+
+if __name__ == "__main__":
+    absltest.main()

@@ -1,0 +1,160 @@
+"""Settings from flags: every flag is checked before any work (one line, no TensorFlow loaded,
+nothing written), each lands in its one section, and data-set defaults fill only what is unset."""
+
+import os
+import subprocess
+import sys
+import unittest
+
+from absl.testing import absltest
+
+from inception.config import cluster
+from inception.config import settings as settings_lib
+from tests import testing_utils
+
+CHECK = """
+import runpy, sys
+sys.path[:0] = {path!r}
+sys.argv = {argv!r}
+try:
+    runpy.run_module({module!r}, run_name="__main__")
+except SystemExit as ended:
+    print("EXIT", ended.code, "tensorflow" in sys.modules)
+"""
+
+
+def run_entry_point(module, *args):
+    """(exit status, TensorFlow loaded?, the stderr lines) of the binary with `args`."""
+    completed = subprocess.run(
+        [sys.executable, "-c", CHECK.format(path=sys.path, argv=[module, *args], module=module)],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={k: v for k, v in os.environ.items() if k != "TF_CONFIG"})
+    ended = [line.split() for line in completed.stdout.splitlines() if line.startswith("EXIT")]
+    assert ended, completed.stderr[-2000:]
+    return int(ended[-1][1]), ended[-1][2] == "True", completed.stderr.strip().splitlines()
+
+
+class TrainFlagsTest(unittest.TestCase):
+
+    def setUp(self):
+        self.train_dir = os.path.join(testing_utils.temp_dir("flags"), "run")
+
+    def assert_refused(self, pattern, *args, module="inception.train"):
+        status, tensorflow_loaded, errors = run_entry_point(
+            module, f"--train_dir={self.train_dir}" if module == "inception.train"
+            else f"--checkpoint_dir={self.train_dir}", *args)
+        self.assertEqual(status, 2, errors)
+        self.assertFalse(tensorflow_loaded)
+        self.assertEqual(len(errors), 1, errors)
+        self.assertRegex(errors[0], "^error: " + pattern)
+        self.assertFalse(os.path.exists(self.train_dir))
+
+    def test_bad_numbers_are_refused_before_tensorflow_loads(self):
+        cases = [
+            ("--batch_size=0", r"--batch_size=0 must be at least 1\."),
+            ("--initial_learning_rate=-1", r"--initial_learning_rate=-1.0 must be positive"),
+            ("--max_steps=-5", r"--max_steps=-5 must be at least 0\."),
+            ("--save_checkpoint_steps=-3", r"--save_checkpoint_steps=-3 must be at least 0\."),
+            ("--image_size=60", r"--image_size=60 is too small for Inception v3; use 75"),
+            ("--num_gpus=0", r"--num_gpus=0 must be at least 1\."),
+            ("--learning_rate_decay_factor=0", r"--learning_rate_decay_factor=0.0 must be in"),
+            ("--keep_checkpoints=0", r"--keep_checkpoints=0 must be at least 1\."),
+            ("--depth_multiplier=0", r"--depth_multiplier=0.0 must be positive"),
+            ("--log_every_n_steps=-1", r"--log_every_n_steps=-1 must be at least 0\."),
+        ]
+        for flag, pattern in cases:
+            with self.subTest(flag=flag):
+                self.assert_refused(pattern, flag)
+
+    def test_bad_paths_and_combinations(self):
+        a_file = os.path.join(testing_utils.temp_dir("flags_file"), "not_a_dir")
+        open(a_file, "w", encoding="utf-8").close()
+        status, _, errors = run_entry_point("inception.train", f"--train_dir={a_file}")
+        self.assertEqual(status, 2)
+        self.assertEqual(errors, [f"error: --train_dir={a_file} is a file, not a directory."])
+        self.assert_refused(r"--data_dir=/nonexistent/shards does not exist",
+                            "--data_dir=/nonexistent/shards")
+        self.assert_refused(r"--batch_size=7 does not split evenly over --num_gpus=2",
+                            "--batch_size=7", "--num_gpus=2")
+        self.assert_refused(r"--fine_tune and --checkpoint_exclude_scopes need",
+                            "--fine_tune")
+        self.assert_refused(r"pass only one of --trainable_scopes / --stages",
+                            "--trainable_scopes=InceptionV3/Logits", "--stages=a:1;b")
+        self.assert_refused(r"--on_nan=rollback is for one machine",
+                            "--on_nan=rollback", "--job_name=worker", "--task_id=0",
+                            "--ps_hosts=localhost:1", "--worker_hosts=localhost:2")
+        self.assert_refused(r"--ps_hosts/--worker_hosts need --job_name",
+                            "--ps_hosts=localhost:1")
+
+    def test_eval_flags_too(self):
+        self.assert_refused(r"--image_size=60 is too small", "--image_size=60",
+                            module="inception.eval")
+        self.assert_refused(r"--batch_size=0 must be at least 1", "--batch_size=0",
+                            module="inception.eval")
+
+
+class SettingsTest(unittest.TestCase):
+
+    def test_defaults_and_sane_values_pass(self):
+        settings_lib.train_settings(train_dir="/tmp/x").validate()
+        settings_lib.train_settings(train_dir="/tmp/x", batch_size=8, num_towers=2, max_steps=0,
+                                initial_learning_rate=1e-4, image_size=75,
+                                learning_rate_decay_factor=1.0, on_nan="rollback").validate()
+        settings_lib.EvalSettings(checkpoint_dir="/tmp/x").validate()
+
+    def test_choices_are_checked_for_library_callers_too(self):
+        for name, value in (("precision", "fp8"), ("variable_device", "tpu"),
+                            ("on_nan", "ignore"), ("dataset", "mnist"), ("optimizer", "lbfgs")):
+            with self.subTest(name=name):
+                with self.assertRaisesRegex(settings_lib.SettingsError, f"--{name}={value} is not "
+                                                                    "one of"):
+                    settings_lib.train_settings(train_dir="/tmp/x", **{name: value}).validate()
+
+    def test_fp16_on_a_cluster_is_refused(self):
+        worker = cluster.cluster_settings("worker", 0, ["ps:1"], ["w:1"])
+        with self.assertRaisesRegex(settings_lib.SettingsError, "--precision=fp16 .* distributed"):
+            settings_lib.train_settings(train_dir="/tmp/x", precision="fp16",
+                                    cluster=worker).validate()
+
+    def test_each_flat_name_lands_in_its_one_section(self):
+        built = settings_lib.train_settings(train_dir="/tmp/x", data_dir="/d", num_labels=3,
+                                        image_size=99, num_epochs_per_decay=2.0, num_towers=4,
+                                        max_steps=7, fine_tune=True)
+        self.assertEqual((built.data.data_dir, built.data.num_labels), ("/d", 3))
+        self.assertEqual(built.model, settings_lib.ModelSettings(image_size=99))
+        self.assertEqual(built.optimization.num_epochs_per_decay, 2.0)
+        self.assertEqual(built.devices.num_towers, 4)
+        self.assertEqual((built.loop.train_dir, built.loop.max_steps), ("/tmp/x", 7))
+        self.assertTrue(built.init.fine_tune)
+        names = settings_lib.flat_names()
+        self.assertEqual(len(names), len(set(names)))  # no name in two sections
+        self.assertNotIn("num_classes", names)  # resolved from the data set, not set
+        with self.assertRaisesRegex(TypeError, "unknown setting 'num_class'"):
+            settings_lib.train_settings(train_dir="/tmp/x", num_class=3)
+
+    def test_defaults_fill_only_what_is_unset(self):
+        class Defaults:  # the fields of datasets.TrainingDefaults that these tests need
+            initial_learning_rate, num_epochs_per_decay, warmup_steps = 0.5, 30.0, 0
+            optimizer, max_steps = "adam", 100
+        optimization = settings_lib.with_defaults(
+            settings_lib.OptimizationSettings(initial_learning_rate=0.01), Defaults)
+        self.assertEqual((optimization.initial_learning_rate, optimization.optimizer,
+                          optimization.num_epochs_per_decay), (0.01, "adam", 30.0))
+        self.assertEqual(settings_lib.with_defaults(settings_lib.LoopSettings(), Defaults).max_steps, 100)
+        self.assertEqual([stage.optimizer for stage in optimization.training_plan().stages],
+                         ["adam"])
+        with self.assertRaisesRegex(settings_lib.SettingsError, "not resolved"):
+            settings_lib.OptimizationSettings().training_plan()
+
+    def test_every_setting_has_a_flag_of_its_name(self):
+        from absl import flags  # pylint: disable=import-outside-toplevel
+
+        from inception import train  # noqa: F401  pylint: disable=import-outside-toplevel
+        defined = set(flags.FLAGS)
+        for name in settings_lib.flat_names():
+            if name != "plan":  # built from --trainable_scopes / --stages / --training_plan
+                self.assertIn(settings_lib.FLAG_NAMES.get(name, name), defined)
+
+
+if __name__ == "__main__":
+    absltest.main()

@@ -1,0 +1,278 @@
+"""Training on a cluster on 127.0.0.1: one parameter server and two workers with two towers
+each, as subprocesses of the real entry point; a normal run and a worker killed mid-run."""
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import unittest
+
+import numpy as np
+import tensorflow as tf
+from absl.testing import absltest
+
+from inception.config import cluster as cluster_lib
+from inception.config import plans
+from inception.config import settings as settings_lib
+from inception.distributed import worker as worker_lib
+from inception.driver import launch
+from inception.run.directory import RunDirectory
+from inception.run.directory import SETTINGS_FILE
+from tests import testing_utils
+
+tf1 = tf.compat.v1
+
+STARTUP_TIMEOUT_SECS = 120
+STEP_TIMEOUT_SECS = 60
+RUN_TIMEOUT_SECS = 240  # a whole run of one task, start-up and graph building included
+# A parameter server notices a lost worker within PROBE_INTERVAL_SECS * PROBE_FAILURES (plus
+# its probes' time); the other tasks' calls to it then fail at once.
+LOST_WORKER_BOUND_SECS = 45
+TINY = ("--dataset=demo", "--image_size=107", "--depth_multiplier=0.1", "--batch_size=4",
+        "--num_gpus=2", "--log_every_n_steps=1", "--save_summaries_steps=1",
+        "--save_checkpoint_steps=100")
+DATA_DIR = None
+
+
+def setUpModule():
+    global DATA_DIR  # pylint: disable=global-statement
+    DATA_DIR = testing_utils.tiny_demo_data(train=24, validation=10)
+
+
+def free_ports(count):
+    """`count` distinct TCP ports free on 127.0.0.1 right now."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+class LocalCluster:
+    """One ps and two worker tasks of `python -m inception.train`, each in its own process
+    group with its output in a file; `stop()` kills whatever still runs."""
+
+    def __init__(self, train_dir, max_steps):
+        ps_port, *worker_ports = free_ports(3)
+        self.addresses = {"ps0": f"127.0.0.1:{ps_port}",
+                          "worker0": f"127.0.0.1:{worker_ports[0]}",
+                          "worker1": f"127.0.0.1:{worker_ports[1]}"}
+        self.log_dir = testing_utils.temp_dir("cluster_logs")
+        cluster = (f"--ps_hosts={self.addresses['ps0']}",
+                   f"--worker_hosts={self.addresses['worker0']},{self.addresses['worker1']}",
+                   f"--startup_timeout_secs={STARTUP_TIMEOUT_SECS}",
+                   f"--step_timeout_secs={STEP_TIMEOUT_SECS}")
+        training_flags = (f"--train_dir={train_dir}", f"--data_dir={DATA_DIR}",
+                          f"--max_steps={max_steps}") + TINY
+        self.commands = {
+            "ps0": ("--job_name=ps", "--task_id=0") + cluster,
+            "worker0": ("--job_name=worker", "--task_id=0") + cluster + training_flags,
+            "worker1": ("--job_name=worker", "--task_id=1") + cluster + training_flags,
+        }
+        self.processes = {}
+
+    def __enter__(self):
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), TF_CPP_MIN_LOG_LEVEL="2")
+        for name, args in self.commands.items():
+            with open(self.log_path(name), "w", encoding="utf-8") as log:
+                self.processes[name] = subprocess.Popen(
+                    [sys.executable, "-m", "inception.train", *args], stdout=log,
+                    stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        return self
+
+    def __exit__(self, *exc_info):
+        self.stop()
+
+    def log_path(self, name):
+        """The file holding task `name`'s stdout and stderr."""
+        return os.path.join(self.log_dir, f"{name}.log")
+
+    def output(self, name):
+        """Everything task `name` printed so far."""
+        with open(self.log_path(name), encoding="utf-8", errors="replace") as log:
+            return log.read()
+
+    def wait(self, name, timeout):
+        """Task `name`'s exit status; fails the test if it runs longer than `timeout` s."""
+        try:
+            return self.processes[name].wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"{name} still runs after {timeout} s; its output:\n"
+                                 f"{self.output(name)[-3000:]}") from None
+
+    def wait_all(self, names, timeout):
+        """{name: exit status} of tasks `names`, all within `timeout` s in total."""
+        deadline = time.time() + timeout
+        return {name: self.wait(name, max(1.0, deadline - time.time())) for name in names}
+
+    def wait_for_output(self, name, pattern, timeout):
+        """Waits until task `name` prints a line matching `pattern`."""
+        deadline = time.time() + timeout
+        while not re.search(pattern, self.output(name), re.MULTILINE):
+            if time.time() > deadline or self.processes[name].poll() is not None:
+                raise AssertionError(f"{name} printed no {pattern!r} within {timeout} s:\n"
+                                     f"{self.output(name)[-3000:]}")
+            time.sleep(0.5)
+
+    def kill(self, name):
+        """SIGKILL to task `name`'s process group."""
+        process = self.processes[name]
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+
+    def stop(self):
+        """Kills every task that still runs."""
+        for name in self.processes:
+            self.kill(name)
+
+
+def step_lines(output):
+    """[(step, loss)] of the `step N, loss = X` lines."""
+    return [(int(step), float(loss))
+            for step, loss in re.findall(r": step (\d+), loss = ([\d.]+) ", output)]
+
+
+def error_lines(output):
+    """The lines an entry point printed as `error: ...`."""
+    return [line for line in output.splitlines() if line.startswith("error: ")]
+
+
+class ClusterRunTest(unittest.TestCase):
+
+    def test_three_synchronous_updates_then_everyone_exits(self):
+        train_dir = testing_utils.temp_dir("cluster_train")
+        with LocalCluster(train_dir, max_steps=3) as cluster:
+            codes = cluster.wait_all(list(cluster.processes), RUN_TIMEOUT_SECS)
+            outputs = {name: cluster.output(name) for name in cluster.processes}
+        self.assertEqual(codes, {"ps0": 0, "worker0": 0, "worker1": 0}, outputs)
+        for name, output in outputs.items():
+            self.assertNotIn("Traceback", output, name)
+            self.assertEqual(error_lines(output), [], name)
+        # One gradient from each worker per update: each worker took part in exactly the
+        # three synchronous steps, and saw the global step advance by one each time.
+        for worker in ("worker0", "worker1"):
+            self.assertEqual([step for step, _ in step_lines(outputs[worker])], [1, 2, 3],
+                             outputs[worker])
+        self.assertIn("each update averages the gradients of 2 worker(s)", outputs["worker0"])
+        self.assertIn("all 2 worker(s) are done", outputs["ps0"])
+
+        latest = RunDirectory(train_dir).newest()
+        self.assertEqual(latest, os.path.join(train_dir, "model.ckpt-3"))
+        reader = tf.train.load_checkpoint(latest)
+        self.assertEqual(int(reader.get_tensor("global_step")), 3)
+        names = reader.get_variable_to_dtype_map()
+        weights = "InceptionV3/Logits/Conv2d_1c_1x1/weights"
+        for name in (weights, f"{weights}/ExponentialMovingAverage", f"{weights}/RMSProp"):
+            self.assertIn(name, names)
+        for name, dtype in names.items():
+            if dtype.is_floating:
+                self.assertTrue(np.all(np.isfinite(reader.get_tensor(name))), name)
+
+        scalars = testing_utils.read_scalars(train_dir)
+        self.assertEqual([step for step, _ in scalars["mean_loss"]], [1, 2, 3])
+        for step, mean_loss in scalars["mean_loss"]:
+            towers = [dict(scalars[f"tower_{i}/total_loss"])[step] for i in range(2)]
+            # Summaries store float32 (7 digits) of losses near 1.5: 4 places is their rounding.
+            self.assertAlmostEqual(mean_loss, sum(towers) / 2, places=4)
+        with open(os.path.join(train_dir, SETTINGS_FILE), encoding="utf-8") as f:
+            self.assertEqual(json.load(f)["image_size"], 107)
+
+    def test_a_killed_worker_stops_the_others_with_one_line_errors(self):
+        train_dir = testing_utils.temp_dir("cluster_killed")
+        with LocalCluster(train_dir, max_steps=100_000) as cluster:
+            cluster.wait_for_output("worker1", r": step 2, loss", RUN_TIMEOUT_SECS)
+            cluster.kill("worker1")
+            killed_at = time.time()
+            codes = cluster.wait_all(["ps0", "worker0"], LOST_WORKER_BOUND_SECS)
+            elapsed = time.time() - killed_at
+            outputs = {name: cluster.output(name) for name in ("ps0", "worker0")}
+        self.assertLess(elapsed, LOST_WORKER_BOUND_SECS)
+        worker1 = re.escape(cluster.addresses["worker1"])
+        for name, output in outputs.items():
+            self.assertNotEqual(codes[name], 0, output)
+            self.assertNotIn("Traceback", output, name)
+            self.assertEqual(len(error_lines(output)), 1, output)
+        self.assertRegex(error_lines(outputs["ps0"])[0],
+                         f"worker 1 at {worker1} stopped answering before it finished")
+        self.assertRegex(error_lines(outputs["worker0"])[0],
+                         f"worker 0 after step \\d+: lost contact with the cluster .*"
+                         f"not answering now: .*worker 1 at {worker1}.*Stop every task")
+
+    def test_a_signalled_worker_stops_the_cluster_and_the_chief_saves(self):
+        train_dir = testing_utils.temp_dir("cluster_signal")
+        with LocalCluster(train_dir, max_steps=100_000) as cluster:
+            cluster.wait_for_output("worker1", r": step 2, loss", RUN_TIMEOUT_SECS)
+            cluster.processes["worker1"].send_signal(signal.SIGTERM)
+            codes = cluster.wait_all(list(cluster.processes), LOST_WORKER_BOUND_SECS)
+            outputs = {name: cluster.output(name) for name in cluster.processes}
+        self.assertEqual(codes, {"ps0": 0, "worker0": 1, "worker1": 128 + signal.SIGTERM},
+                         outputs)
+        self.assertIn("stopped by SIGTERM", outputs["worker1"])
+        chief_error = error_lines(outputs["worker0"])
+        self.assertEqual(len(chief_error), 1, outputs["worker0"])
+        match = re.search(r"training stopped at step (\d+) because another task of the "
+                          r"cluster stopped .*the chief saved (\S+);", chief_error[0])
+        self.assertIsNotNone(match, chief_error[0])
+        step, saved = int(match.group(1)), match.group(2)
+        self.assertEqual(saved, RunDirectory(train_dir).newest())
+        self.assertEqual(int(tf.train.load_checkpoint(saved).get_tensor("global_step")), step)
+        self.assertEqual(step_lines(outputs["worker1"])[-1][0], step)
+
+
+class ClusterPlanTest(unittest.TestCase):
+
+    def settings(self):
+        return cluster_lib.cluster_settings("worker", 0, ["ps:2222"], ["w0:2222", "w1:2222"])
+
+    def test_multi_stage_plans_are_refused(self):
+        options = settings_lib.train_settings(
+            train_dir=testing_utils.temp_dir("cluster_plan"), data_dir=DATA_DIR,
+            dataset="demo", plan=plans.parse_stages("head:1:InceptionV3/Logits;all"),
+            cluster=self.settings())
+        with self.assertRaisesRegex(plans.PlanError, "one-stage plans only"):
+            launch.train(options, log=lambda line: None)
+
+    def test_command_line_error_is_one_line(self):
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        result = subprocess.run(
+            [sys.executable, "-m", "inception.train", "--job_name=worker",
+             "--ps_hosts=127.0.0.1:1", "--worker_hosts=127.0.0.1:2",
+             "--num_replicas_to_aggregate=2"],
+            capture_output=True, text=True, timeout=120, env=env, check=False)
+        self.assertEqual(result.returncode, 2, result.stderr[-2000:])
+        self.assertEqual(len(error_lines(result.stderr)), 1, result.stderr[-2000:])
+        self.assertIn("--num_replicas_to_aggregate=2", result.stderr)
+
+
+class PinnedInternalsTest(unittest.TestCase):
+    """The one private TensorFlow attribute the cluster code reads, pinned."""
+
+    def test_sync_replicas_optimizer_keeps_its_token_queue(self):
+        with tf.Graph().as_default():
+            weights = tf1.get_variable("w", [2])
+            optimizer = tf1.train.SyncReplicasOptimizer(
+                tf1.train.GradientDescentOptimizer(0.1), replicas_to_aggregate=1,
+                total_num_replicas=1)
+            optimizer.apply_gradients([(tf.ones([2]), weights)],
+                                      global_step=tf1.train.get_or_create_global_step())
+            optimizer.ready_for_local_init_op.mark_used()  # for MonitoredSession, unused here
+            try:
+                queue = worker_lib.sync_token_queue(optimizer)
+            except AttributeError:
+                self.fail("TensorFlow renamed SyncReplicasOptimizer._sync_token_queue: find the "
+                          "token queue's new name in tensorflow/python/training/"
+                          "sync_replicas_optimizer.py and update "
+                          "inception/distributed/worker.py:sync_token_queue.")
+            self.assertIsNotNone(queue.close())
+
+
+if __name__ == "__main__":
+    absltest.main()

@@ -1,0 +1,350 @@
+"""The training loop on a small model: NaN check of every tower, checkpoints, resume, signals."""
+
+import os
+import signal
+import threading
+import unittest
+
+import numpy as np
+import tensorflow as tf
+from absl.testing import absltest
+
+from inception.config import settings as settings_lib
+from inception.loop import guards
+from inception.loop import session_loop
+from inception.parallel import step_graph
+from inception.run.directory import CheckpointWriteError
+from inception.run.directory import RunDirectory
+from tests import testing_utils
+
+tf1 = tf.compat.v1
+BATCH = 8
+NUM_TOWERS = 2
+
+
+def small_model_factory(nan_tower=None, nan_from_step=None, nan_gradient_from_step=None,
+                        inf_statistic_at_step=None):
+    """make_model_fn(bn_decay) for train_graph. Faults on demand, from a global step on: a NaN
+    loss in one tower; a finite loss whose gradient is NaN (tower 0: the update poisons the
+    weights while the loss still looks fine); a non-trainable statistic set to Inf."""
+    base = testing_utils.small_conv_model_fn()
+
+    def make_model_fn(bn_decay):
+        del bn_decay
+
+        def model_fn(images, labels):
+            terms = base(images, labels)
+            scope = tf1.get_default_graph().get_name_scope()
+            step = tf1.train.get_global_step()
+            if nan_tower is not None and scope.startswith(f"tower_{nan_tower}"):
+                poisoned = tf.where(step + 1 >= nan_from_step, np.float32("nan"), 0.0)
+                terms = {name: value + poisoned for name, value in terms.items()}
+            if nan_gradient_from_step is not None and scope.startswith("tower_0"):
+                terms = {name: _nan_gradient(value, step + 1 >= nan_gradient_from_step)
+                         for name, value in terms.items()}
+            if inf_statistic_at_step is not None:
+                _inf_statistic(step + 1 >= inf_statistic_at_step)
+            return terms
+        return model_fn
+    return make_model_fn
+
+
+def _nan_gradient(value, when):
+    """`value` itself, whose gradient is NaN while `when` holds."""
+    @tf.custom_gradient
+    def identity(x):
+        return tf.identity(x), lambda dy: tf.where(when, np.float32("nan"), dy)
+    return identity(value)
+
+
+def _inf_statistic(when):
+    """A non-trainable variable (like a batch-norm statistic) that becomes Inf when `when`;
+    its update runs with tower 0's step, as batch norm's do."""
+    with tf1.variable_scope(tf1.get_variable_scope(), reuse=tf1.AUTO_REUSE):
+        statistic = tf1.get_variable("net/statistic", [], initializer=tf1.zeros_initializer(),
+                                     trainable=False)
+    if tf1.get_default_graph().get_name_scope().startswith("tower_0"):
+        tf1.add_to_collection(tf1.GraphKeys.UPDATE_OPS, statistic.assign(
+            tf.where(when, np.float32("inf"), 0.0)))
+
+
+def poisoned_batches(first, last=None):
+    """The small model's batches, the `first`..`last` (1-based, inclusive; None: every later
+    one) made of NaN: faults tied to the data, not to the step."""
+    def poison(images, labels, number):
+        bad = number >= first if last is None else (number >= first) & (number <= last)
+        return tf.where(bad, images * np.float32("nan"), images), labels
+    return testing_utils.numbered_batches(poison, BATCH)
+
+
+def build_graph_fn(input_fn=None, **factory_args):
+    def build():
+        return step_graph.build_train_graph(
+            (input_fn or testing_utils.synthetic_input)(BATCH),
+            small_model_factory(**factory_args),
+            testing_utils.optimization(initial_learning_rate=0.01),
+            [f"/cpu:{i}" for i in range(NUM_TOWERS)], 64)
+    return build
+
+
+def loop_settings(train_dir, max_steps, **overrides):
+    values = dict(train_dir=train_dir, max_steps=max_steps, log_every_n_steps=1,
+                  save_summaries_steps=1, save_checkpoint_steps=5, save_interval_secs=0)
+    values.update(overrides)
+    return settings_lib.LoopSettings(**values)
+
+
+def run(train_dir, max_steps, log=None, settings=None, input_fn=None, **factory_args):
+    return session_loop.run_training(build_graph_fn(input_fn, **factory_args),
+                                   testing_utils.cpu_session_config(NUM_TOWERS),
+                                   loop_settings(train_dir, max_steps, **(settings or {})),
+                                   log=log if log is not None else (lambda line: None))
+
+
+def train_steps(variable_device, steps=3):
+    """Variables after `steps` steps of the small model with the given variable device."""
+    with tf.Graph().as_default():
+        built = step_graph.build_train_graph(
+            testing_utils.synthetic_input(BATCH), small_model_factory(),
+            testing_utils.optimization(initial_learning_rate=0.01),
+            [f"/cpu:{i}" for i in range(NUM_TOWERS)], 64, variable_device=variable_device)
+        devices = {v.op.name: v.device for v in tf1.global_variables()}
+        config = testing_utils.cpu_session_config(NUM_TOWERS + 1)
+        with tf1.Session(config=config) as session:
+            session.run([tf1.global_variables_initializer(), built.input_initializer])
+            for _ in range(steps):
+                session.run(built.stages[0].train_op)
+            values = {v.op.name: session.run(v) for v in tf1.global_variables()}
+    return devices, values
+
+
+class VariableDeviceTest(unittest.TestCase):
+
+    def test_variables_and_updates_follow_variable_device_with_the_same_result(self):
+        on_cpu0_devices, on_cpu0 = train_steps("/cpu:0")
+        on_cpu2_devices, on_cpu2 = train_steps("/cpu:2")
+        del on_cpu0_devices["global_step"], on_cpu2_devices["global_step"]  # no device pinned
+        self.assertTrue(all(d.lower().endswith("cpu:0") for d in on_cpu0_devices.values()),
+                        on_cpu0_devices)
+        self.assertTrue(all(d.lower().endswith("cpu:2") for d in on_cpu2_devices.values()),
+                        on_cpu2_devices)
+        self.assertEqual(sorted(on_cpu0), sorted(on_cpu2))
+        self.assertGreater(on_cpu0["global_step"], 0)
+        for name, value in on_cpu0.items():
+            # The same kernels on another virtual CPU device of this machine: equal up to the
+            # thread pool's reduction order (float32 rounding, relative 1e-7).
+            np.testing.assert_allclose(on_cpu2[name], value, rtol=1e-6, atol=1e-7,
+                                       err_msg=name)
+
+
+class NanCheckTest(unittest.TestCase):
+
+    def test_nan_in_a_tower_that_is_not_the_last_is_caught_and_named(self):
+        train_dir = testing_utils.temp_dir("nan")
+        with self.assertRaises(guards.NonFiniteLossError) as caught:
+            run(train_dir, 20, nan_tower=0, nan_from_step=8)
+        error = caught.exception
+        self.assertEqual(error.step, 8)
+        self.assertEqual(error.bad_towers, [0])
+        self.assertIn("step 8 in tower_0 (", str(error))
+        latest = RunDirectory(train_dir).newest()
+        self.assertEqual(latest, os.path.join(train_dir, "model.ckpt-5"))
+        self.assertIn("model.ckpt-5", str(error))
+        testing_utils.assert_finite_checkpoint(self, latest)
+        reader = tf.train.load_checkpoint(latest)
+        self.assertEqual(int(reader.get_tensor("global_step")), 5)
+
+    def test_the_update_that_poisons_the_weights_is_caught_before_its_checkpoint(self):
+        # Step 10's loss is still finite, but its update writes NaN into the weights, and a
+        # checkpoint is due at step 10: the step is caught there, not at step 11, and no
+        # checkpoint holds the poison.
+        train_dir = testing_utils.temp_dir("nan_update")
+        with self.assertRaises(guards.NonFiniteLossError) as caught:
+            run(train_dir, 20, nan_gradient_from_step=10)
+        error = caught.exception
+        self.assertEqual(error.step, 10)
+        self.assertEqual(error.bad_towers, [0])
+        self.assertIn("the update of step 10 is not finite in tower_0", str(error))
+        self.assertIn("the last healthy checkpoint is " + os.path.join(train_dir, "model.ckpt-5"),
+                      str(error))
+        self.assertEqual(RunDirectory(train_dir).newest(),
+                         os.path.join(train_dir, "model.ckpt-5"))
+        self.assertFalse(os.path.exists(os.path.join(train_dir, "model.ckpt-10.index")))
+        testing_utils.assert_finite_checkpoint(self, RunDirectory(train_dir).newest())
+        # A rerun without the fault (a sane learning rate) continues from the good checkpoint.
+        lines = []
+        resumed = run(train_dir, 12, log=lines.append)
+        self.assertEqual(resumed.step, 12)
+        self.assertTrue(any("resumed from" in line and "(step 5)" in line for line in lines))
+        testing_utils.assert_finite_checkpoint(self, resumed.checkpoint)
+
+    def test_a_checkpoint_is_never_written_with_non_finite_variables(self):
+        # Losses and gradients stay finite; a statistic outside the gradients turns Inf. The
+        # check before the save refuses it, on the periodic and on the final save alike.
+        for max_steps, statistic_step in ((20, 7), (3, 2)):
+            with self.subTest(max_steps=max_steps):
+                train_dir = testing_utils.temp_dir("inf_statistic")
+                with self.assertRaises(guards.NonFiniteLossError) as caught:
+                    run(train_dir, max_steps, inf_statistic_at_step=statistic_step)
+                saved_at = 10 if max_steps == 20 else 3
+                self.assertIn(f"not finite at step {saved_at} (e.g. net/statistic)",
+                              str(caught.exception))
+                for path in RunDirectory(train_dir).listed():
+                    testing_utils.assert_finite_checkpoint(self, path)
+
+    def test_nan_in_the_last_tower_is_caught_too(self):
+        train_dir = testing_utils.temp_dir("nan_last")
+        with self.assertRaises(guards.NonFiniteLossError) as caught:
+            run(train_dir, 20, nan_tower=NUM_TOWERS - 1, nan_from_step=3)
+        self.assertEqual(caught.exception.bad_towers, [NUM_TOWERS - 1])
+        self.assertIsNone(RunDirectory(train_dir).newest())
+        self.assertIn("no checkpoint was written", str(caught.exception))
+
+    def test_finite_run_logs_mean_over_towers(self):
+        train_dir = testing_utils.temp_dir("finite")
+        lines = []
+        result = run(train_dir, 3, log=lines.append)
+        step_lines = [line for line in lines if ": step " in line]
+        self.assertEqual(len(step_lines), 3)
+        self.assertRegex(step_lines[-1], r"step 3, loss = [0-9.]+ \([0-9.]+ examples/sec; "
+                                         r"[0-9.]+ sec/batch\)$")
+        scalars = testing_utils.read_scalars(train_dir)
+        step3 = {tag: dict(values).get(3) for tag, values in scalars.items()}
+        towers = [step3[f"tower_{i}/total_loss"] for i in range(NUM_TOWERS)]
+        self.assertAlmostEqual(step3["mean_loss"], float(np.mean(towers)), places=5)
+        self.assertAlmostEqual(result.last_mean_loss, step3["mean_loss"], places=5)
+        self.assertNotAlmostEqual(towers[0], towers[1], places=4)
+
+
+class RollbackTest(unittest.TestCase):
+
+    def test_a_rollback_restores_the_last_checkpoint_and_continues(self):
+        train_dir = testing_utils.temp_dir("rollback")
+        lines = []
+        result = run(train_dir, 12, log=lines.append, settings={"on_nan": "rollback"},
+                     input_fn=lambda batch: poisoned_batches(7, 7))
+        self.assertEqual(result.step, 12)
+        rolled = [line for line in lines if "rolled back" in line]
+        self.assertEqual(len(rolled), 1, lines)
+        # (oneDNN's ReLU turns NaN into 0, so the loss of a NaN batch can look fine; the
+        # gradients cannot.)
+        self.assertRegex(rolled[0], r"(loss is not finite at step 7|the update of step 7 is "
+                                    r"not finite) in tower_0, tower_1")
+        self.assertIn(f"rolled back to {os.path.join(train_dir, 'model.ckpt-5')} (step 5), "
+                      "skipping the 2 batch(es) since (rollback 1 of at most 3)", rolled[0])
+        scalars = testing_utils.read_scalars(train_dir)
+        self.assertEqual(scalars["nan_rollbacks"], [(7, 1.0)])
+        testing_utils.assert_finite_checkpoint(self, result.checkpoint)
+        self.assertEqual(int(tf.train.load_checkpoint(result.checkpoint).get_tensor(
+            "global_step")), 12)
+
+    def test_rollbacks_give_up_after_the_limit(self):
+        train_dir = testing_utils.temp_dir("rollback_limit")
+        lines = []
+        with self.assertRaises(guards.NonFiniteLossError) as caught:
+            run(train_dir, 40, log=lines.append,
+                settings={"on_nan": "rollback", "max_nan_rollbacks": 2},
+                input_fn=lambda batch: poisoned_batches(7))
+        self.assertEqual(len([line for line in lines if "rolled back" in line]), 2)
+        self.assertTrue(any("2 rollback(s) already (--max_nan_rollbacks=2); stopping." in line
+                            for line in lines))
+        self.assertIn("the last healthy checkpoint is " + os.path.join(train_dir, "model.ckpt-5"),
+                      str(caught.exception))
+        testing_utils.assert_finite_checkpoint(self, RunDirectory(train_dir).newest())
+
+    def test_before_any_checkpoint_a_rollback_restarts_from_the_initial_weights(self):
+        train_dir = testing_utils.temp_dir("rollback_start")
+        lines = []
+        result = run(train_dir, 6, log=lines.append,
+                     settings={"on_nan": "rollback", "save_checkpoint_steps": 0},
+                     input_fn=lambda batch: poisoned_batches(2, 2))
+        self.assertEqual(result.step, 6)
+        self.assertTrue(any("rolled back to the weights this run started from (step 0)" in line
+                            for line in lines), lines)
+
+
+class SaveFailureTest(unittest.TestCase):
+
+    def test_a_failed_save_leaves_nothing_and_keeps_the_previous_checkpoint(self):
+        train_dir = testing_utils.temp_dir("full_disk")
+        run(train_dir, 5)
+        original_save = tf1.train.Saver.save
+
+        def save_on_a_full_disk(saver, session, save_path, global_step=None, **kwargs):
+            del saver, session, kwargs
+            partial = f"{save_path}-{global_step}.data-00000-of-00001.tempstate1234"
+            with open(partial, "wb") as handle:
+                handle.write(b"\0" * 1000)  # what a save cut short leaves behind
+            raise tf.errors.ResourceExhaustedError(
+                None, None, f"{partial}; No space left on device\nHint: unrelated OOM advice")
+
+        tf1.train.Saver.save = save_on_a_full_disk
+        try:
+            with self.assertRaises(CheckpointWriteError) as caught:
+                run(train_dir, 8)
+        finally:
+            tf1.train.Saver.save = original_save
+        message = str(caught.exception)
+        self.assertIn(f"could not save checkpoint {train_dir}/model.ckpt-8 in {train_dir}",
+                      message)
+        self.assertIn("No space left on device", message)
+        self.assertNotIn("Hint", message)
+        self.assertRegex(message, r"needs about [\d,.]+ [KMG]B \([\d,.]+ [KMG]B free\)")
+        self.assertIn("the newest checkpoint is still " + os.path.join(train_dir, "model.ckpt-5"),
+                      message)
+        self.assertEqual(RunDirectory(train_dir).newest(),
+                         os.path.join(train_dir, "model.ckpt-5"))
+        self.assertEqual([name for name in os.listdir(train_dir) if "tempstate" in name], [])
+        resumed = run(train_dir, 8)  # space again: the rerun resumes from step 5
+        self.assertEqual(resumed.step, 8)
+
+
+class ResumeTest(unittest.TestCase):
+
+    def test_resume_continues_global_step(self):
+        train_dir = testing_utils.temp_dir("resume")
+        first = run(train_dir, 4)
+        self.assertEqual(first.step, 4)
+        self.assertEqual(first.checkpoint, os.path.join(train_dir, "model.ckpt-4"))
+        lines = []
+        second = run(train_dir, 7, log=lines.append)
+        self.assertEqual(second.step, 7)
+        self.assertTrue(any("resumed from" in line and "(step 4)" in line for line in lines))
+        self.assertEqual([line.split("step ")[1].split(",")[0] for line in lines
+                          if ": step " in line], ["5", "6", "7"])
+        reader = tf.train.load_checkpoint(second.checkpoint)
+        self.assertEqual(int(reader.get_tensor("global_step")), 7)
+        self.assertTrue(os.path.exists(os.path.join(train_dir, "model.ckpt-4.index")))
+
+    def test_finished_run_does_nothing(self):
+        train_dir = testing_utils.temp_dir("finished")
+        run(train_dir, 2)
+        lines = []
+        result = run(train_dir, 2, log=lines.append)
+        self.assertEqual(result.step, 2)
+        self.assertTrue(any("nothing to train" in line for line in lines))
+
+
+class SignalTest(unittest.TestCase):
+
+    def test_sigterm_saves_a_checkpoint_and_stops(self):
+        train_dir = testing_utils.temp_dir("sigterm")
+        started = threading.Event()
+
+        def log(line):
+            if ": step " in line and not started.is_set():
+                started.set()
+                threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM)).start()
+
+        result = session_loop.run_training(
+            build_graph_fn(), testing_utils.cpu_session_config(NUM_TOWERS),
+            loop_settings(train_dir, 10**7, save_checkpoint_steps=0), log=log)
+        self.assertEqual(result.stopped_by_signal, signal.SIGTERM)
+        self.assertLess(result.step, 10**7)
+        self.assertEqual(result.checkpoint, os.path.join(train_dir, f"model.ckpt-{result.step}"))
+        self.assertEqual(RunDirectory(train_dir).newest(), result.checkpoint)
+        self.assertIs(signal.getsignal(signal.SIGTERM), signal.SIG_DFL)
+
+
+if __name__ == "__main__":
+    absltest.main()

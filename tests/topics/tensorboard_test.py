@@ -1,0 +1,124 @@
+"""A real TensorBoard server on 127.0.0.1 reads a short run's training and eval scalars."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import unittest
+import urllib.error
+import urllib.parse
+import urllib.request
+
+from absl.testing import absltest
+
+from inception.config import settings as settings_lib
+from inception.driver import launch
+from inception.validation import job
+from tests import testing_utils
+
+SERVER_START_TIMEOUT = 120
+DATA_TIMEOUT = 90
+
+
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def get_json(url):
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.loads(response.read().decode())
+
+
+class TensorBoardTest(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        data_dir = testing_utils.tiny_demo_data(train=16, validation=6)
+        cls.logdir = testing_utils.temp_dir("tensorboard")
+        launch.train(settings_lib.train_settings(
+            train_dir=cls.logdir, data_dir=data_dir, dataset="demo", max_steps=3,
+            image_size=107, depth_multiplier=0.1, batch_size=4, num_towers=2,
+            save_summaries_steps=1), log=lambda line: None)
+        cls.results = job.run_evaluation(
+            settings_lib.EvalSettings(checkpoint_dir=cls.logdir, run_once=True, batch_size=6),
+            log=lambda line: None)
+        cls.port = free_port()
+        cls.base = f"http://127.0.0.1:{cls.port}"
+        cls.server = subprocess.Popen(
+            [sys.executable, "-m", "tensorboard.main", f"--logdir={cls.logdir}",
+             "--host=127.0.0.1", f"--port={cls.port}", "--load_fast=false",
+             "--reload_interval=1"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+        try:
+            cls.wait_for_server()
+        except Exception:
+            cls.stop_server()
+            raise
+
+    @classmethod
+    def wait_for_server(cls):
+        deadline = time.time() + SERVER_START_TIMEOUT
+        while time.time() < deadline:
+            if cls.server.poll() is not None:
+                output = cls.server.stderr.read().decode()[-2000:]
+                raise RuntimeError(f"TensorBoard exited: {output}")
+            try:
+                get_json(cls.base + "/data/runs")
+                return
+            except (urllib.error.URLError, ConnectionError, OSError):
+                time.sleep(0.5)
+        raise TimeoutError(f"TensorBoard did not answer within {SERVER_START_TIMEOUT} s")
+
+    @classmethod
+    def stop_server(cls):
+        cls.server.terminate()
+        try:
+            cls.server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            cls.server.kill()
+            cls.server.wait(timeout=20)
+        cls.server.stderr.close()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.stop_server()
+
+    def scalars(self, run, tag):
+        """[(step, value), ...] from the scalars plugin, waiting until the data is loaded."""
+        query = urllib.parse.urlencode({"run": run, "tag": tag})
+        deadline = time.time() + DATA_TIMEOUT
+        while True:
+            try:
+                rows = get_json(f"{self.base}/data/plugin/scalars/scalars?{query}")
+                if rows:
+                    return [(int(step), value) for _, step, value in rows]
+            except urllib.error.HTTPError:
+                pass
+            if time.time() > deadline:
+                self.fail(f"TensorBoard has no {run}/{tag} after {DATA_TIMEOUT} s")
+            time.sleep(0.5)
+
+    def test_training_and_eval_runs_side_by_side(self):
+        mean_loss = self.scalars(".", "mean_loss")
+        self.assertEqual([step for step, _ in mean_loss], [1, 2, 3])
+        tower = self.scalars(".", "tower_1/total_loss")
+        self.assertEqual(len(tower), 3)
+        tower0 = dict(self.scalars(".", "tower_0/total_loss"))
+        for step, value in mean_loss:
+            # float32 summaries (7 digits) of losses of order 1: 4 places is their rounding.
+            self.assertAlmostEqual(value, (tower0[step] + dict(tower)[step]) / 2, places=4)
+        precision = self.scalars("eval_validation", "eval/precision_at_1")
+        self.assertEqual(precision[0][0], 3)
+        self.assertAlmostEqual(precision[0][1], self.results[0].precision_at_1, places=5)
+        runs = get_json(self.base + "/data/runs")
+        self.assertIn(".", runs)
+        self.assertIn("eval_validation", runs)
+
+
+if __name__ == "__main__":
+    absltest.main()

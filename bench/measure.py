@@ -100,47 +100,41 @@ def ours(settings):
     Towers go where training puts them: one per GPU (GPUs split into virtual devices of
     `virtual_gpu_memory_mb` when there are more towers than GPUs), else virtual CPU devices.
     """
+    from inception.config import recipe  # pylint: disable=import-outside-toplevel
     from inception.config import settings as settings_lib  # pylint: disable=import-outside-toplevel
     from inception.inputs import datasets  # pylint: disable=import-outside-toplevel
     from inception.model import network  # pylint: disable=import-outside-toplevel
     from inception.parallel import devices  # pylint: disable=import-outside-toplevel
-    from inception.parallel import loss_scaling  # pylint: disable=import-outside-toplevel
     from inception.parallel import step_graph  # pylint: disable=import-outside-toplevel
-    batch, size, towers = settings["batch_size"], settings["image_size"], settings["towers"]
-    precision = settings.get("precision", "fp32")
-    placement = devices.plan_towers(towers, gpu_count(),
-                                    settings.get("virtual_gpu_memory_mb", 0))
-    devices.configure_gpus(placement)  # before the graph: building it creates the devices
-    devices.check_precision(precision, placement)
-    variable_device = devices.check_variable_device(settings.get("variable_device", "auto"),
-                                                    placement)
-    stage_inputs = settings.get("stage_inputs", placement.device_type == "gpu")
-    compute_dtype = devices.tower_compute_dtype(precision, placement)
+    batch, size = settings["batch_size"], settings["image_size"]
+    # Resolved as a training run resolves it: before the graph, which creates the devices.
+    placement = devices.resolve_placement(settings_lib.DeviceSettings(
+        num_towers=settings["towers"], precision=settings.get("precision", "fp32"),
+        virtual_gpu_memory_mb=settings.get("virtual_gpu_memory_mb", 0),
+        variable_device=settings.get("variable_device", "auto"), xla=settings.get("xla", False),
+        intra_op_threads=settings.get("intra_op_threads", 0),
+        inter_op_threads=settings.get("inter_op_threads", 0)))
+    stage_inputs = settings.get("stage_inputs", placement.stage_inputs)
     model_settings = settings_lib.ModelSettings(NUM_CLASSES, size, settings["depth_multiplier"],
                                                 "synthetic")
     imagenet = settings_lib.with_defaults(settings_lib.OptimizationSettings(),
-                                          datasets.IMAGENET_DEFAULTS)
+                                          recipe.IMAGENET_DEFAULTS)
     graph = tf.Graph()
     with graph.as_default():
         input_batch = synthetic_input(batch, size)
         built = step_graph.build_train_graph(
             input_batch,
-            lambda decay: network.make_model_fn(model_settings, decay, compute_dtype),
+            lambda decay: network.make_model_fn(model_settings, decay, placement.compute_dtype),
             imagenet, placement.tower_devices,
             datasets.KNOWN_DATASETS["imagenet"].examples["train"],
-            initial_loss_scale=loss_scaling.INITIAL_SCALE if precision == "fp16" else None,
-            variable_device=variable_device, stage_inputs=stage_inputs)
+            initial_loss_scale=placement.initial_loss_scale,
+            variable_device=placement.variable_device, stage_inputs=stage_inputs)
         train_op = built.stages[0].train_op
         flops_per_image = count_flops(graph) / batch
         init = (tf1.global_variables_initializer(), tf1.local_variables_initializer(),
                 input_batch.initializer)
-    config = devices.apply_precision(
-        devices.session_config(placement, settings.get("intra_op_threads", 0),
-                               settings.get("inter_op_threads", 0)), precision, placement)
-    if settings.get("xla"):
-        devices.apply_xla(config)
     hold_device(settings)
-    with tf1.Session(graph=graph, config=config) as session:
+    with tf1.Session(graph=graph, config=placement.session_config()) as session:
         session.run(init)
         if built.input_fill is not None:
             session.run(built.input_fill)
@@ -151,7 +145,8 @@ def ours(settings):
     median, values = images_per_sec(rounds, batch * settings["steps"])
     result = {"images_per_sec": median, "rounds": values,
               "train_flops_per_image": flops_per_image,
-              "placement": placement.describe(), "variable_device": variable_device,
+              "placement": placement.towers.describe(),
+              "variable_device": placement.variable_device,
               "stage_inputs": stage_inputs}
     if trace:
         result["profile"] = trace
@@ -194,8 +189,8 @@ def synthetic_input(batch, size):
     iterator = tf1.data.make_initializable_iterator(dataset)
     image_batch, label_batch = iterator.get_next()
     return pipeline.InputBatch(images=image_batch, labels=label_batch,
-                                     corrupt_records=tf.constant(0, tf.int64),
-                                     initializer=iterator.initializer)
+                               corrupt_records=tf.constant(0, tf.int64),
+                               initializer=iterator.initializer)
 
 
 def count_flops(graph):
@@ -281,7 +276,7 @@ def jpeg_shards(count, work_dir):
             height, width = int(rng.randint(333, 400)), int(rng.randint(450, 500))
             coarse = rng.randint(0, 256, size=(height // 16 + 1, width // 16 + 1, 3))
             image = Image.fromarray(coarse.astype(np.uint8)).resize((width, height),
-                                                                     Image.BICUBIC)
+                                                                    Image.BICUBIC)
             buffer = io.BytesIO()
             image.save(buffer, format="JPEG", quality=90)
             record = tfrecord_format.ImageRecord(

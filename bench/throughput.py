@@ -386,7 +386,7 @@ def build_report(results, capabilities=None):
         "profile": results["ours"].get("profile") if results.get("ours") else None,
         "settings": {"image_size": FLAGS.image_size, "batch_size": FLAGS.batch_size,
                      "per_gpu_batch": FLAGS.batch_size // max((capabilities or {}).get("gpus",
-                                                                                      0), 1),
+                                                                                       0), 1),
                      "towers": FLAGS.towers or ((capabilities or {}).get("gpus")
                                                 or devices.DEFAULT_CPU_TOWERS),
                      "depth_multiplier": FLAGS.depth_multiplier,

@@ -17,7 +17,8 @@ def quiet_tensorflow():
     TensorFlow's C++ logging writes to file descriptor 2 before any setting can stop it, so
     the import runs with that descriptor sent to a temporary file, which is shown only if the
     import fails; the GPU platform is initialized there too (on a machine without GPUs it
-    logs "failed call to cuInit"). Loads TensorFlow only: tf-slim is inception.driver.startup's business.
+    logs "failed call to cuInit"). Loads TensorFlow only: tf-slim is the business of
+    inception/driver/startup.py.
     """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     warnings.filterwarnings("ignore", category=UserWarning, module="tensorflow")

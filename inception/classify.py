@@ -76,7 +76,7 @@ def main(argv):
     json_file = open_output(output_json)
     try:
         predict = predictor.open_model(model_path, log=cli.log,
-                                        max_pixels=FLAGS.max_image_pixels)
+                                       max_pixels=FLAGS.max_image_pixels)
     except ValueError as error:
         cli.fail(error)
     progress = ProgressBar(len(files), "images") if len(files) > PROGRESS_AFTER else None

@@ -55,8 +55,8 @@ def main(argv):
     from inception.serving import saved_model  # pylint: disable=import-outside-toplevel
     try:
         version_dir = saved_model.export_training_run(checkpoint_dir, export_dir, checkpoint_path,
-                                                   FLAGS.top_k, log=cli.log,
-                                                   max_pixels=FLAGS.max_image_pixels)
+                                                      FLAGS.top_k, log=cli.log,
+                                                      max_pixels=FLAGS.max_image_pixels)
     except ValueError as error:
         cli.fail(error)
     cli.log(f"SavedModel written to {version_dir} (signatures: serving_default on encoded "

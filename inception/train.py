@@ -20,6 +20,7 @@ from absl import flags
 from common import cli
 from inception.config import cluster as cluster_lib
 from inception.config import plans
+from inception.config import recipe
 from inception.config import settings as settings_lib
 from inception.driver import startup
 
@@ -41,24 +42,26 @@ flags.DEFINE_integer("num_gpus", None, "Number of towers: one per GPU (default: 
 flags.DEFINE_integer("virtual_gpu_memory_mb", 0, "Allow more towers than GPUs by splitting each "
                      "GPU into virtual GPUs of this many MB.")
 flags.DEFINE_integer("batch_size", None, "Global batch size, split evenly across towers "
-                     "(default: 32).")
-flags.DEFINE_integer("max_steps", None, "Train up to this global step (default: 700 for the "
-                     "demo, 10000000 otherwise).")
-flags.DEFINE_integer("image_size", None, "Input height and width (default: 128 demo, 299).")
-flags.DEFINE_float("depth_multiplier", None, "Scales every layer's channels (default: 0.25 "
-                   "demo, 1.0).")
-flags.DEFINE_float("initial_learning_rate", None,
-                   "Initial learning rate (default: 0.02 demo, 0.1).")
+                     f"(default: {recipe.describe_default('batch_size')}).")
+flags.DEFINE_integer("max_steps", None, "Train up to this global step (default: "
+                     f"{recipe.describe_default('max_steps')}).")
+flags.DEFINE_integer("image_size", None, "Input height and width (default: "
+                     f"{recipe.describe_default('image_size')}).")
+flags.DEFINE_float("depth_multiplier", None, "Scales every layer's channels (default: "
+                   f"{recipe.describe_default('depth_multiplier')}).")
+flags.DEFINE_float("initial_learning_rate", None, "Initial learning rate (default: "
+                   f"{recipe.describe_default('initial_learning_rate')}).")
 flags.DEFINE_float("num_epochs_per_decay", None, "Epochs between learning-rate decays "
-                   "(default: 30).")
-flags.DEFINE_float("learning_rate_decay_factor", 0.16, "Learning-rate decay factor.")
+                   f"(default: {recipe.describe_default('num_epochs_per_decay')}).")
+flags.DEFINE_float("learning_rate_decay_factor", recipe.LEARNING_RATE_DECAY_FACTOR,
+                   "Learning-rate decay factor.")
 flags.DEFINE_integer("seed", None, "Seed for reproducible initial weights, input order and "
                      "distortions.")
 flags.DEFINE_enum("precision", "fp32", settings_lib.PRECISIONS,
                   "Arithmetic of the towers: fp32 (TF32 tensor cores on GPUs that have them); "
                   "bf16 (GPUs of compute capability 8.0+, or CPUs with AVX512-BF16/AMX); fp16 "
                   "(GPUs, with dynamic loss scaling). Variables, loss and averaging stay fp32.")
-flags.DEFINE_enum("variable_device", "auto", settings_lib.VARIABLE_DEVICES,
+flags.DEFINE_enum("variable_device", "auto", settings_lib.VARIABLE_DEVICE_CHOICES,
                   "Where the variables, the gradient averaging and the updates live: cpu (as in "
                   "the original; the towers read them from there), gpu (the first GPU), or auto: "
                   "the GPU when there is one GPU, else the CPU. See README, Benchmarks.")
@@ -84,9 +87,10 @@ flags.DEFINE_integer("max_nan_rollbacks", 3, "With --on_nan=rollback: stop after
 flags.DEFINE_enum("on_divergence", "warn", settings_lib.ON_DIVERGENCE, "When the smoothed loss "
                   "climbs to twice its starting value: warn (one line) or stop.")
 flags.DEFINE_integer("warmup_steps", None, "Ramp the learning rate up linearly over this many "
-                     "steps (default: see README, 'Learning rate').")
-flags.DEFINE_enum("optimizer", None, plans.OPTIMIZERS, "The optimizer (default: see "
-                  "README, 'Learning rate'); a --training_plan file names its own.")
+                     f"steps (default: {recipe.describe_default('warmup_steps')}).")
+flags.DEFINE_enum("optimizer", None, plans.OPTIMIZERS, "The optimizer (default: "
+                  f"{recipe.describe_default('optimizer')}); a --training_plan file names its "
+                  "own.")
 flags.DEFINE_bool("find_learning_rate", False, "Instead of training, run the learning-rate "
                   "range test on this run's data and model: --lr_range_steps steps with the rate "
                   "rising from --lr_range_min to --lr_range_max; writes a plot to "
@@ -242,7 +246,7 @@ def find_learning_rate(settings):
                  f"({error_lines.file_error_cause(error)}); pass a directory you can write.")
     plot = os.path.join(settings.train_dir, "learning_rate_range.png")
     test = lr_range.RangeTest(FLAGS.lr_range_min, FLAGS.lr_range_max,
-                                         FLAGS.lr_range_steps)
+                              FLAGS.lr_range_steps)
     try:
         result = launch.find_learning_rate(settings, test, plot, log=cli.log)
     except ValueError as error:

@@ -10,11 +10,12 @@ from unittest import mock
 
 import numpy as np
 import tensorflow as tf
+
 from tf_slim.ops import arg_scope
 
 from data import demo_data
+from inception.config import recipe
 from inception.config import settings as settings_lib
-from inception.inputs import datasets
 from inception.inputs import pipeline
 from inception.model import network
 from inception.parallel import step_graph
@@ -119,8 +120,8 @@ def synthetic_input(batch_size):
     iterator = tf1.data.make_initializable_iterator(dataset)
     image_batch, label_batch = iterator.get_next()
     return pipeline.InputBatch(images=image_batch, labels=label_batch,
-                                     corrupt_records=tf.constant(0, tf.int64),
-                                     initializer=iterator.initializer)
+                               corrupt_records=tf.constant(0, tf.int64),
+                               initializer=iterator.initializer)
 
 
 def numbered_batches(transform, batch_size=8):
@@ -186,7 +187,7 @@ def optimization(**values):
     """settings.OptimizationSettings with `values`, the rest ImageNet's defaults (the
     original's: RMSProp, rate 0.1 decaying every 30 epochs, no warm-up)."""
     return settings_lib.with_defaults(settings_lib.OptimizationSettings(**values),
-                                      datasets.IMAGENET_DEFAULTS)
+                                      recipe.IMAGENET_DEFAULTS)
 
 
 TINY_INCEPTION = settings_lib.ModelSettings(num_classes=5, image_size=75, depth_multiplier=0.1,
@@ -287,7 +288,7 @@ def save_initial_weights(devices, config, settings=TINY_INCEPTION):
         tf1.set_random_seed(3)
         with tf.device(devices[0]):
             network.inception_logits(tf.zeros([2, settings.image_size, settings.image_size, 3]),
-                                   settings, True)
+                                     settings, True)
         saver = tf1.train.Saver(tf1.trainable_variables())
         with tf1.Session(config=config) as session:
             session.run(tf1.global_variables_initializer())
@@ -310,12 +311,12 @@ def train_small_model(train_dir, max_steps, save_checkpoint_steps=2, log=None, *
 
     def build():
         return step_graph.build_train_graph(synthetic_input(8),
-                                             lambda decay: small_conv_model_fn(),
-                                             optimization(initial_learning_rate=0.01),
-                                             ["/cpu:0", "/cpu:1"], 64)
+                                            lambda decay: small_conv_model_fn(),
+                                            optimization(initial_learning_rate=0.01),
+                                            ["/cpu:0", "/cpu:1"], 64)
     settings = settings_lib.LoopSettings(train_dir=train_dir, max_steps=max_steps,
                                          save_summaries_steps=0,
                                          save_checkpoint_steps=save_checkpoint_steps,
                                          **loop_settings)
     return session_loop.run_training(build, cpu_session_config(2), settings,
-                                   log=log or (lambda line: None))
+                                     log=log or (lambda line: None))

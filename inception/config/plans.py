@@ -20,9 +20,9 @@ import dataclasses
 import json
 
 from common import files
+from inception.config import recipe
 
 OPTIMIZERS = ("rmsprop", "momentum", "sgd", "adam")
-FILE_STAGE_OPTIMIZER = "rmsprop"
 
 
 class PlanError(ValueError):
@@ -157,7 +157,7 @@ def parse_stages(text, optimizer=None):
 
 def load_plan(path):
     """Reads a JSON training plan (see the module docstring); its stages name their optimizer
-    (FILE_STAGE_OPTIMIZER when they do not)."""
+    (the original's, recipe.ORIGINAL_OPTIMIZER, when they do not)."""
     try:
         payload = json.loads(files.read_text(path))
     except OSError as error:
@@ -176,6 +176,6 @@ def load_plan(path):
         values["scopes"] = tuple(values.get("scopes", ()))
         if values.get("loss_terms") is not None:
             values["loss_terms"] = tuple(values["loss_terms"])
-        values.setdefault("optimizer", FILE_STAGE_OPTIMIZER)
+        values.setdefault("optimizer", recipe.ORIGINAL_OPTIMIZER)
         stages.append(Stage(**values))
     return TrainingPlan(tuple(stages)).validate()

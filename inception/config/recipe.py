@@ -89,10 +89,12 @@ def defaults_for(dataset_name):
 def describe_default(name):
     """A flag help's `(default: ...)` text for the TrainingDefaults field `name`, e.g.
     "0.02 for the demo, 0.1 for ImageNet, 0.001 for your own data"."""
-    values = [(label, getattr(defaults, name)) for label, defaults in (
-        ("the demo", DEMO_DEFAULTS), ("ImageNet", IMAGENET_DEFAULTS),
-        ("your own data", OWN_DATA_DEFAULTS))]
-    if len({value for _, value in values}) == 1:
-        return f"{values[0][1]:g}" if isinstance(values[0][1], float) else str(values[0][1])
-    return ", ".join(f"{value:g} for {label}" if isinstance(value, float) else
-                     f"{value} for {label}" for label, value in values)
+    groups = {}
+    for label, defaults in (("the demo", DEMO_DEFAULTS), ("ImageNet", IMAGENET_DEFAULTS),
+                            ("your own data", OWN_DATA_DEFAULTS)):
+        value = getattr(defaults, name)
+        groups.setdefault(f"{value:g}" if isinstance(value, float) else str(value),
+                          []).append(label)
+    if len(groups) == 1:
+        return next(iter(groups))
+    return ", ".join(f"{value} for {' and '.join(labels)}" for value, labels in groups.items())

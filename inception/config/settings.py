@@ -16,6 +16,7 @@ import dataclasses
 import os
 
 from common import files
+from inception.config import recipe
 from inception.config.cluster import ClusterSettings
 from inception.config.plans import DEFAULT_PLAN
 from inception.config.plans import OPTIMIZERS
@@ -26,7 +27,7 @@ MIN_IMAGE_SIZE = 75  # Inception v3's stride-2 layers shrink anything smaller to
 MIN_AUX_IMAGE_SIZE = 107  # the auxiliary head's 5x5 pooling needs Mixed_6e at 5x5 or larger
 DATASET_NAMES = ("demo", "imagenet", "flowers", "custom")
 PRECISIONS = ("fp32", "bf16", "fp16")
-VARIABLE_DEVICES = ("auto", "cpu", "gpu")
+VARIABLE_DEVICE_CHOICES = ("auto", "cpu", "gpu")
 ON_NAN = ("stop", "rollback")
 ON_DIVERGENCE = ("warn", "stop")
 FLAG_NAMES = {"num_towers": "num_gpus", "num_labels": "num_classes"}  # the original's names
@@ -87,7 +88,7 @@ class OptimizationSettings:
     optimizer: str = None
     initial_learning_rate: float = None
     num_epochs_per_decay: float = None
-    learning_rate_decay_factor: float = 0.16
+    learning_rate_decay_factor: float = recipe.LEARNING_RATE_DECAY_FACTOR
     warmup_steps: int = None
 
     def decay_steps(self, steps_per_epoch):
@@ -213,8 +214,14 @@ def _section_of(name):
     raise TypeError(f"unknown setting {name!r}")
 
 
+def fill_defaults(settings, defaults):
+    """`settings` (a TrainSettings) with every section filled by `with_defaults`."""
+    return dataclasses.replace(settings, **{name: with_defaults(getattr(settings, name), defaults)
+                                            for name in SECTIONS})
+
+
 def with_defaults(section, defaults):
-    """`section` with each None field that `defaults` (datasets.TrainingDefaults) has taken
+    """`section` with each None field that `defaults` (recipe.TrainingDefaults) has taken
     from `defaults`: how a data set's defaults reach every section."""
     missing = {field.name: getattr(defaults, field.name) for field in dataclasses.fields(section)
                if getattr(section, field.name) is None and hasattr(defaults, field.name)}
@@ -291,7 +298,7 @@ def _check_rates(settings):
 def _check_choices(settings):
     for section, name, allowed in (
             (settings.devices, "precision", PRECISIONS),
-            (settings.devices, "variable_device", VARIABLE_DEVICES),
+            (settings.devices, "variable_device", VARIABLE_DEVICE_CHOICES),
             (settings.loop, "on_nan", ON_NAN), (settings.loop, "on_divergence", ON_DIVERGENCE),
             (settings.data, "dataset", ("",) + DATASET_NAMES),
             (settings.optimization, "optimizer", (None,) + OPTIMIZERS)):

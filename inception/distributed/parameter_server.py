@@ -55,7 +55,7 @@ def run_parameter_server(settings, log=print):
             watch.probe(time.time())
             time.sleep(PROBE_INTERVAL_SECS)
     log(session_loop.timestamped(f"all {settings.num_workers} worker(s) are done; parameter "
-                               f"server {settings.task_id} exits"))
+                                 f"server {settings.task_id} exits"))
     return None
 
 

@@ -192,8 +192,8 @@ class ClusterWorker(replica_lib.Replica):
         """Waits for the chief to initialize or restore the model; returns the global step."""
         deadline = time.time() + self.settings.startup_timeout_secs
         self._log(session_loop.timestamped(f"{self.settings.describe()}: waiting for the chief "
-                                         f"(worker 0 at {self.settings.worker_hosts[0]}) to "
-                                         "initialize the model"))
+                                           f"(worker 0 at {self.settings.worker_hosts[0]}) to "
+                                           "initialize the model"))
         while not self._run("is_ready", session, PROBE_INTERVAL_SECS * 5,
                             "waiting for the chief"):
             if time.time() > deadline:

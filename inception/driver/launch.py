@@ -19,8 +19,6 @@ from inception.inputs import pipeline
 from inception.loop import session_loop
 from inception.loop.session_loop import timestamped
 from inception.model import network
-from inception.parallel import devices
-from inception.parallel import loss_scaling
 from inception.parallel import step_graph
 from inception.run import checkpoint_io
 from inception.run.directory import RunDirectory
@@ -32,30 +30,21 @@ def describe_run(run):
     settings = run.settings
     model_settings, batch_size = settings.model, settings.data.batch_size
     batch = f"global batch {batch_size}"
-    extras = "".join([f"; variables on {run.variable_device.strip('/').upper()}"
-                      if run.variable_device != devices.VARIABLE_DEVICES["cpu"] else "",
-                      "; inputs staged on the GPUs" if stages_inputs(run) else "",
-                      "; XLA" if settings.devices.xla else ""])
     if settings.cluster is not None:
         batch = (f"{settings.cluster.describe()}; batch {batch_size} per worker, "
                  f"{batch_size * settings.cluster.replicas_to_aggregate} per update")
     return (f"training {model_settings.dataset} ({model_settings.num_classes - 1} classes, "
             f"{run.dataset.data_dir}); Inception v3 x{model_settings.depth_multiplier:g} at "
-            f"{model_settings.image_size}px; {run.placement.describe()}; {batch} "
+            f"{model_settings.image_size}px; {run.placement.towers.describe()}; {batch} "
             f"({batch_size // run.placement.num_towers} per tower); "
-            f"{settings.devices.precision}{extras}; up to step {settings.loop.max_steps}")
-
-
-def stages_inputs(run):
-    """Whether each tower's input is copied to its device a step ahead: for GPU towers."""
-    return run.placement.device_type == "gpu"
+            f"{run.placement.describe_arithmetic()}; up to step {settings.loop.max_steps}")
 
 
 def graph_builder(run, replica, learning_rate=None):
     """build_graph() for session_loop.run_training: input pipeline, towers, stages (every stage
     at `learning_rate`, a tensor, when given: the range test)."""
-    settings = run.settings
-    data, precision = settings.data, settings.devices.precision
+    settings, placement = run.settings, run.placement
+    data = settings.data
 
     def build_graph():
         if data.seed is not None:
@@ -63,31 +52,18 @@ def graph_builder(run, replica, learning_rate=None):
         with tf.device(replica.local_device("/cpu:0") if replica else "/cpu:0"):
             input_batch = pipeline.build_train_input(
                 run.shards, data.batch_size, settings.model.image_size,
-                settings.model.num_classes, seed=resolution.input_seed(settings), strict=data.strict_input,
-                crop=run.dataset.defaults.crop)
-        compute_dtype = devices.tower_compute_dtype(precision, run.placement)
+                settings.model.num_classes, seed=resolution.input_seed(settings),
+                strict=data.strict_input, crop=run.dataset.defaults.crop)
         return step_graph.build_train_graph(
             input_batch, functools.partial(network.make_model_fn, settings.model,
-                                           compute_dtype=compute_dtype),
-            settings.optimization, run.placement.tower_devices, run.examples_per_epoch,
+                                           compute_dtype=placement.compute_dtype),
+            settings.optimization, placement.tower_devices, run.examples_per_epoch,
             histograms=settings.loop.histograms,
             wrap_optimizer=replica.wrap_optimizer if replica else None,
-            initial_loss_scale=loss_scaling.INITIAL_SCALE if precision == "fp16" else None,
-            variable_device=run.variable_device, stage_inputs=stages_inputs(run),
+            initial_loss_scale=placement.initial_loss_scale,
+            variable_device=placement.variable_device, stage_inputs=placement.stage_inputs,
             learning_rate=learning_rate)
     return build_graph
-
-
-def session_config(run):
-    """The ConfigProto of the run's towers: placement, threads, precision, XLA."""
-    devices_section = run.settings.devices
-    config = devices.apply_precision(
-        devices.session_config(run.placement, devices_section.intra_op_threads,
-                               devices_section.inter_op_threads),
-        devices_section.precision, run.placement)
-    if devices_section.xla:
-        devices.apply_xla(config)
-    return config
 
 
 def train(settings, log=print, on_stuck=None):
@@ -120,8 +96,8 @@ def check_writable(train_dir):
         files.ensure_writable_directory(train_dir)
     except (OSError, tf.errors.OpError) as error:
         raise checkpoint_io.CheckpointError(
-            f"cannot write in --train_dir={train_dir} ({error_lines.file_error_cause(error)}); pass "
-            "a directory you can write.") from None
+            f"cannot write in --train_dir={train_dir} ({error_lines.file_error_cause(error)}); "
+            "pass a directory you can write.") from None
 
 
 def _train_resolved(run, log, on_stuck):
@@ -129,12 +105,12 @@ def _train_resolved(run, log, on_stuck):
     if settings.is_chief:
         RunDirectory(settings.train_dir).write_settings(settings)
     log(timestamped(describe_run(run)))
-    config = session_config(run)
+    config = run.placement.session_config()
     replica = (distributed.ClusterWorker(settings.cluster, config, log, on_stuck)
                if settings.cluster is not None else None)
     try:
         return session_loop.run_training(graph_builder(run, replica), config, settings.loop,
-                                       run.make_initializer, log=log, replica=replica)
+                                         run.make_initializer, log=log, replica=replica)
     except tf.errors.OpError as error:
         input_error = pipeline.explain(error)
         if input_error is not None:
@@ -161,7 +137,7 @@ def find_learning_rate(settings, test, plot_path, log=print):
         init = tf.compat.v1.global_variables_initializer()
         restore = run.make_initializer() if run.make_initializer else None
         local_init = tf.compat.v1.local_variables_initializer()
-    with tf.compat.v1.Session(graph=graph, config=session_config(run)) as session:
+    with tf.compat.v1.Session(graph=graph, config=run.placement.session_config()) as session:
         session.run(init)
         if restore is not None:
             restore(session)
@@ -169,7 +145,7 @@ def find_learning_rate(settings, test, plot_path, log=print):
         if built.input_fill is not None:
             session.run(built.input_fill)
         result = lr_range.run_range_test(session, stage.train_op, stage.mean_loss,
-                                                    rate, test, log=log)
+                                         rate, test, log=log)
     lr_range.write_plot(
         result, plot_path, f"{run.settings.model.dataset}, batch {run.settings.data.batch_size}")
     return result

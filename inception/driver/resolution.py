@@ -1,14 +1,15 @@
-"""A run resolved from its TrainSettings in one pass, before anything is written:
-data set -> stored run -> model -> placement -> plan.
+"""A run resolved from its TrainSettings in one pass, before anything is written: the
+placement (first: its GPU options must be set before anything creates the devices), the stored
+run, the data set, then every default, the model and the plan, and the whole checked once.
 
-Each section's None fields take the data set's defaults; in a directory with checkpoints, the
-stored model settings win over defaults, and an explicit setting that contradicts them is an
-error.
+Each section's None fields take the data set's defaults (config/recipe.py); in a directory with
+checkpoints, the stored model settings win over defaults, and an explicit setting that
+contradicts them is an error.
 """
 
 import dataclasses
 
-from inception.config.settings import with_defaults
+from inception.config import settings as settings_lib
 from inception.inputs import datasets
 from inception.model.slim_compat import tf_slim as slim
 from inception.parallel import devices
@@ -18,29 +19,72 @@ from inception.run.directory import pretrained_checkpoint
 from inception.run.directory import RunDirectory
 
 
-def resolve_model_settings(requested, dataset, stored):
-    """The run's ModelSettings: the `requested` section's fields, else the stored settings,
-    else the data set's defaults."""
-    filled = with_defaults(requested, dataset.defaults)
-    settings = dataclasses.replace(filled, num_classes=dataset.num_classes, dataset=dataset.name,
-                                   depth_multiplier=float(filled.depth_multiplier))
-    explicit = {"num_classes", "dataset"}
-    explicit |= {name for name in ("image_size", "depth_multiplier")
-                 if getattr(requested, name) is not None}
-    settings = merge_stored_model(stored.model if stored else None, settings,
-                                                explicit)
-    settings.validate()
-    return settings
+@dataclasses.dataclass(frozen=True)
+class ResolvedRun:
+    """A run checked before anything is written: its settings with every default filled, and
+    what the data set and the machine add to them."""
+    settings: settings_lib.TrainSettings  # resolved: no None left where a default exists
+    dataset: datasets.Dataset
+    placement: devices.Placement
+    shards: list
+    examples_per_epoch: int
+    make_initializer: object
+
+
+def resolve_run(settings, log=print):
+    """Checks `settings` (a TrainSettings) against the machine, `train_dir` and the data;
+    writes nothing (it sets this process's GPU options for the towers). Returns ResolvedRun.
+
+    Raises ValueError subclasses with a message that says what to do.
+    """
+    placement = devices.resolve_placement(settings.devices,
+                                          distributed=settings.cluster is not None)
+    stored = stored_run(settings.train_dir)
+    dataset = resolve_dataset(settings.data, stored, log)
+    filled = settings_lib.fill_defaults(settings, dataset.defaults)
+    optimization = filled.optimization
+    resolved = dataclasses.replace(
+        filled, data=dataclasses.replace(filled.data, data_dir=dataset.data_dir,
+                                         dataset=dataset.name),
+        model=resolve_model_settings(settings.model, filled.model, dataset, stored),
+        optimization=dataclasses.replace(optimization, plan=optimization.training_plan()),
+        devices=dataclasses.replace(filled.devices, num_towers=placement.num_towers),
+    ).validate()  # every rule again, now on the numbers the machine and the data chose
+    return ResolvedRun(
+        settings=resolved, dataset=dataset, placement=placement,
+        shards=dataset.shards(resolved.data.subset),
+        examples_per_epoch=dataset.num_examples(resolved.data.subset, log),
+        make_initializer=pretrained_initializer_factory(settings.init, log))
+
+
+def stored_run(train_dir):
+    """The StoredRun of `train_dir` once it has a checkpoint, else None: a run that failed
+    before saving one must not pin the flags of the next attempt."""
+    directory = RunDirectory(train_dir)
+    return directory.read_settings() if directory.newest() is not None else None
 
 
 def resolve_dataset(data, stored, log):
     """The data set of the `data` section, or of the stored run when the section names none."""
-    stored_dir = stored.data.data_dir if stored else ""
+    stored_dir = stored.data_dir if stored else ""
     if stored_dir and data.data_dir and data.data_dir != stored_dir:
         log(f"note: the data directory changed since the last checkpoint: {stored_dir} -> "
             f"{data.data_dir}")
     name = data.dataset or (stored.model.dataset if stored and not data.data_dir else "")
     return datasets.resolve_dataset(name, data.data_dir or stored_dir, data.num_labels, log=log)
+
+
+def resolve_model_settings(requested, filled, dataset, stored):
+    """The run's ModelSettings: the `requested` section's fields, else the stored settings,
+    else the data set's defaults (already in `filled`)."""
+    settings = dataclasses.replace(filled, num_classes=dataset.num_classes, dataset=dataset.name,
+                                   depth_multiplier=float(filled.depth_multiplier))
+    explicit = {"num_classes", "dataset"}
+    explicit |= {name for name in ("image_size", "depth_multiplier")
+                 if getattr(requested, name) is not None}
+    settings = merge_stored_model(stored.model if stored else None, settings, explicit)
+    settings.validate()
+    return settings
 
 
 def input_seed(settings):
@@ -53,7 +97,7 @@ def input_seed(settings):
 
 
 def pretrained_initializer_factory(init, log):
-    """make_initializer for train_loop from the `init` section: restore its pretrained
+    """make_initializer for session_loop from the `init` section: restore its pretrained
     checkpoint, or None."""
     if not init.pretrained_model_checkpoint_path:
         return None
@@ -63,52 +107,3 @@ def pretrained_initializer_factory(init, log):
     return lambda: checkpoint_io.pretrained_initializer(
         pretrained_checkpoint(init.pretrained_model_checkpoint_path, log),
         slim.get_model_variables(), excluded, log)
-
-
-@dataclasses.dataclass(frozen=True)
-class ResolvedRun:
-    """A run checked before anything is written: its settings with every default filled, and
-    what the data set and the machine add to them."""
-    settings: object  # settings.TrainSettings, resolved
-    dataset: datasets.Dataset
-    placement: devices.TowerPlacement
-    variable_device: str
-    shards: list
-    examples_per_epoch: int
-    make_initializer: object
-
-
-def resolve_run(settings, log=print):
-    """Checks `settings` (a TrainSettings) against the data, the machine and `train_dir`;
-    writes nothing (it sets this process's GPU options for the towers, devices.configure_gpus).
-
-    Raises ValueError subclasses with a message that says what to do.
-    """
-    # GPU options first: counting records below already makes TensorFlow create its devices.
-    placement = devices.plan_towers(settings.devices.num_towers, devices.count_gpus(),
-                                    settings.devices.virtual_gpu_memory_mb)
-    devices.configure_gpus(placement)
-    # Stored settings bind only once a checkpoint exists: a run that failed before saving one
-    # must not pin the flags of the next attempt.
-    directory = RunDirectory(settings.train_dir)
-    stored = directory.read_settings() if directory.newest() is not None else None
-    dataset = resolve_dataset(settings.data, stored, log)
-    data = dataclasses.replace(with_defaults(settings.data, dataset.defaults),
-                               data_dir=dataset.data_dir, dataset=dataset.name)
-    if data.batch_size % placement.num_towers:
-        raise ValueError(f"--batch_size={data.batch_size} does not split evenly over "
-                         f"{placement.num_towers} towers; use a multiple of "
-                         f"{placement.num_towers}.")
-    devices.check_precision(settings.devices.precision, placement)
-    variable_device = devices.check_variable_device(settings.devices.variable_device, placement,
-                                                    distributed=settings.cluster is not None)
-    optimization = with_defaults(settings.optimization, dataset.defaults)
-    resolved = dataclasses.replace(
-        settings, data=data, model=resolve_model_settings(settings.model, dataset, stored),
-        optimization=dataclasses.replace(optimization, plan=optimization.training_plan()),
-        loop=with_defaults(settings.loop, dataset.defaults))
-    return ResolvedRun(
-        settings=resolved, dataset=dataset, placement=placement, variable_device=variable_device,
-        shards=dataset.shards(data.subset),
-        examples_per_epoch=dataset.num_examples(data.subset, log),
-        make_initializer=pretrained_initializer_factory(settings.init, log))

@@ -13,46 +13,12 @@ import tensorflow as tf
 
 from data import demo_data
 from data import tfrecord_format
+from inception.config import recipe
 from inception.config.settings import DATASET_NAMES
-from inception.inputs.preprocessing import CropSettings
 
 
 class DataError(ValueError):
     """The data directory or its shards cannot be used; the message says what to do."""
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainingDefaults:
-    """Flag defaults that depend on the data set (explicit flags always win)."""
-    image_size: int
-    depth_multiplier: float
-    max_steps: int
-    batch_size: int
-    initial_learning_rate: float
-    num_epochs_per_decay: float
-    crop: CropSettings = CropSettings()
-    warmup_steps: int = 0
-    optimizer: str = "rmsprop"
-
-
-# The crops keep at least 60% of the object and 30% of the image: the original's 10% / 5% cut
-# away what tells the classes apart in small, frame-filling images, and short runs cannot learn
-# from such crops (README, "Learning rate": 0.14 -> 0.73 precision@1 on MNIST images).
-MILD_CROP = CropSettings(min_object_covered=0.6, area_range=(0.3, 1.0))
-# ImageNet: the original's recipe (RMSProp, rate 0.1, its crops), tuned for 299 px, large
-# global batches and 100K+ steps.
-IMAGENET_DEFAULTS = TrainingDefaults(image_size=299, depth_multiplier=1.0, max_steps=10_000_000,
-                                     batch_size=32, initial_learning_rate=0.1,
-                                     num_epochs_per_decay=30.0)
-# A user's own (usually small) data set: Adam at 0.001, mild crops, no warm-up (it cost
-# precision with Adam on both data sets measured); the numbers are in the README
-# ("Learning rate").
-OWN_DATA_DEFAULTS = dataclasses.replace(IMAGENET_DEFAULTS, initial_learning_rate=0.001,
-                                        crop=MILD_CROP, optimizer="adam")
-# Small enough to reach >90% precision@1 in a few minutes on a 2-core CPU.
-DEMO_DEFAULTS = TrainingDefaults(image_size=128, depth_multiplier=0.25, max_steps=700,
-                                 batch_size=32, initial_learning_rate=0.02,
-                                 num_epochs_per_decay=30.0, crop=MILD_CROP)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,10 +50,8 @@ class Dataset:
 
     @property
     def defaults(self):
-        """TrainingDefaults for this data set: the demo's, the original's for ImageNet, and those
-        for a new data set otherwise (flowers, custom)."""
-        return {"demo": DEMO_DEFAULTS, "imagenet": IMAGENET_DEFAULTS}.get(self.name,
-                                                                          OWN_DATA_DEFAULTS)
+        """recipe.TrainingDefaults of this data set (recipe.defaults_for)."""
+        return recipe.defaults_for(self.name)
 
     def shards(self, subset):
         """Sorted shard paths of `subset`; raises DataError when there are none."""

@@ -13,6 +13,7 @@ import sys
 import tensorflow as tf
 
 from common import error_lines
+from inception.config import recipe
 from inception.inputs import preprocessing
 
 tf1 = tf.compat.v1
@@ -133,7 +134,7 @@ def _records(shards, shuffle_files, seed, deterministic):
 
 
 def build_train_input(shards, batch_size, image_size, num_classes, seed=None, strict=False,
-                      shuffle_buffer=DEFAULT_SHUFFLE_BUFFER, crop=preprocessing.ORIGINAL_CROP,
+                      shuffle_buffer=DEFAULT_SHUFFLE_BUFFER, crop=recipe.ORIGINAL_CROP,
                       threads=0):
     """Training batches: distorted images, forever, in global batches of `batch_size`.
 
@@ -142,7 +143,7 @@ def build_train_input(shards, batch_size, image_size, num_classes, seed=None, st
       seed: int for a reproducible order and distortions; None for a fresh random one (and
         non-deterministic, slightly faster parallel reads).
       strict: fail on a damaged image instead of skipping it.
-      crop: preprocessing.CropSettings of the random training crop.
+      crop: recipe.CropSettings of the random training crop.
       threads: size of a private thread pool for the pipeline (0: tf.data's shared default).
 
     Returns:

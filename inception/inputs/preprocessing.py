@@ -13,11 +13,10 @@ from its header and refuses, for that image alone, one of more pixels than a lim
 (common.image_limits): a small file can declare an image that takes gigabytes decoded.
 """
 
-import dataclasses
-
 import tensorflow as tf
 
 from common import image_limits
+from inception.config import recipe
 
 EVAL_CENTRAL_FRACTION = 0.875
 RESIZE_METHODS = ("bilinear", "nearest", "bicubic", "area")
@@ -35,20 +34,6 @@ _HEADER_BYTES = 26  # through the BMP height, the last size at a fixed offset
 _LARGEST_SIDE = 2**31  # sides are clamped to this before multiplying, so no int64 overflows
 
 
-@dataclasses.dataclass(frozen=True)
-class CropSettings:
-    """How `sample_distorted_bounding_box` picks the training crop (defaults: the original's).
-
-    The crop covers at least `min_object_covered` of the object's box, has an aspect ratio in
-    `aspect_ratio_range` and an area in `area_range` (fractions of the image).
-    """
-    min_object_covered: float = 0.1
-    aspect_ratio_range: tuple = (0.75, 1.33)
-    area_range: tuple = (0.05, 1.0)
-    max_attempts: int = 100
-
-
-ORIGINAL_CROP = CropSettings()
 
 
 def is_complete_jpeg(encoded):
@@ -71,7 +56,7 @@ def scale_to_unit_range(image):
     return (image - 0.5) * 2.0
 
 
-def train_image(encoded, boxes, image_size, seed, crop=ORIGINAL_CROP):
+def train_image(encoded, boxes, image_size, seed, crop=recipe.ORIGINAL_CROP):
     """Decodes and distorts one training image.
 
     Args:
@@ -80,7 +65,7 @@ def train_image(encoded, boxes, image_size, seed, crop=ORIGINAL_CROP):
         the whole image counts as the object.
       image_size: output height and width.
       seed: int64 [2], this image's seed.
-      crop: CropSettings.
+      crop: recipe.CropSettings.
 
     Returns:
       float32 [image_size, image_size, 3] in [-1, 1].
@@ -96,7 +81,7 @@ def train_image(encoded, boxes, image_size, seed, crop=ORIGINAL_CROP):
     return scale_to_unit_range(image)
 
 
-def crop_window(image_shape, boxes, seed, crop=ORIGINAL_CROP):
+def crop_window(image_shape, boxes, seed, crop=recipe.ORIGINAL_CROP):
     """The random training crop as int32 [y, x, height, width], always inside the image.
 
     Args:

@@ -15,7 +15,7 @@ def prepare_fresh_start(train_graph, make_initializer):
     init_op = tf1.global_variables_initializer()
     initialize = make_initializer() if make_initializer else None
     sync = step_graph_lib.sync_averages_op(train_graph.moving_average,
-                                            tf1.trainable_variables())
+                                           tf1.trainable_variables())
 
     def start(session):
         session.run(init_op)
@@ -40,7 +40,7 @@ def prepare_resume(checkpoint, train_graph, saved_variables, log):
     for name in missing:
         if name in essential:
             raise checkpoint_io.CheckpointError(f"checkpoint {checkpoint} has no variable {name}; "
-                                              f"{hint}.")
+                                                f"{hint}.")
     present = {name: v for name, v in saved_variables.items() if name in stored}
     checkpoint_io.check_restorable(checkpoint, present, hint=hint)
     restorer = tf1.train.Saver(present, name="resume")

@@ -1,7 +1,8 @@
 """Inception v3 from tf_slim.nets and the classification loss of one tower.
 
-The model is the original's: label smoothing 0.1 on the main logits, the auxiliary head's loss
-weighted 0.4, L2 weight decay 0.00004 collected once as regularization (towers.py adds it).
+The model is the original's (its constants: config/recipe.py): label smoothing on the main
+logits, the auxiliary head's loss weighted, L2 weight decay collected once as regularization
+(towers.py adds it).
 One change in how it is built, not in what it computes: dropout is a mask multiply (see
 dropout_as_mask_multiply).
 """
@@ -9,19 +10,17 @@ dropout_as_mask_multiply).
 import contextlib
 
 import tensorflow as tf
+
 from tf_slim.layers import layers as slim_layers
 from tf_slim.layers import utils as slim_utils
 from tf_slim.nets import inception_v3
 
+from inception.config import recipe
 from inception.config.settings import MIN_AUX_IMAGE_SIZE
 from inception.model import mixed_precision
 from inception.model.slim_compat import tf_slim as slim
 
-LABEL_SMOOTHING = 0.1
-AUX_LOSS_WEIGHT = 0.4
-WEIGHT_DECAY = 0.00004
 MODEL_SCOPE = "InceptionV3"
-BATCH_NORM_DECAY = 0.9997  # the original's decay of the batch-norm moving statistics
 
 
 def has_aux_head(image_size):
@@ -29,7 +28,7 @@ def has_aux_head(image_size):
     return image_size >= MIN_AUX_IMAGE_SIZE
 
 
-def inception_logits(images, settings, is_training, batch_norm_decay=BATCH_NORM_DECAY):
+def inception_logits(images, settings, is_training, batch_norm_decay=recipe.BATCH_NORM_DECAY):
     """Builds Inception v3 on `images` under variable scope `InceptionV3`.
 
     Args:
@@ -43,7 +42,7 @@ def inception_logits(images, settings, is_training, batch_norm_decay=BATCH_NORM_
       too small for the auxiliary head.
     """
     arg_scope = inception_v3.inception_v3_arg_scope(
-        weight_decay=WEIGHT_DECAY, batch_norm_decay=batch_norm_decay)
+        weight_decay=recipe.WEIGHT_DECAY, batch_norm_decay=batch_norm_decay)
     with slim.arg_scope(arg_scope), dropout_as_mask_multiply():
         logits, end_points = inception_v3.inception_v3(
             images, num_classes=settings.num_classes, is_training=is_training,
@@ -104,14 +103,14 @@ def classification_losses(logits, aux_logits, labels, num_classes):
     terms = {"cross_entropy": smoothed_cross_entropy(logits, one_hot, "cross_entropy")}
     if aux_logits is not None:
         aux = smoothed_cross_entropy(aux_logits, one_hot, "aux_loss")
-        terms["aux_loss"] = AUX_LOSS_WEIGHT * aux
+        terms["aux_loss"] = recipe.AUX_LOSS_WEIGHT * aux
     return terms
 
 
 def smoothed_cross_entropy(logits, one_hot, name):
     """Mean softmax cross-entropy with label smoothing 0.1, added to no collection."""
     return tf.compat.v1.losses.softmax_cross_entropy(
-        one_hot, logits, label_smoothing=LABEL_SMOOTHING, scope=name,
+        one_hot, logits, label_smoothing=recipe.LABEL_SMOOTHING, scope=name,
         loss_collection=None)
 
 

@@ -1,9 +1,9 @@
 """Makes tf-slim 1.1.0 (its last release, 2020) work on TensorFlow 2.21.
 
-Import this module before `tf_slim` (every module of ours that uses tf-slim imports
-`inception.model.slim_compat.tf_slim`). Each workaround is a small, idempotent patch of a name that moved
-in TensorFlow; tests/compat_test.py shows that each one is needed. (How the model's dropout is
-built is a model choice: model.py.)
+Import this module before using `tf_slim` (every module of ours that uses tf-slim imports
+`inception.model.slim_compat.tf_slim`). Each workaround is a small, idempotent patch of a name
+that moved in TensorFlow; tests/model/slim_compat_test.py shows that each one is needed. (How
+the model's dropout is built is a model choice: network.py.)
 """
 
 import importlib

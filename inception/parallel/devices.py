@@ -1,7 +1,9 @@
-"""Where towers run: one per GPU, or virtual CPU devices on machines without GPUs.
+"""Where and in which arithmetic a run's towers compute: one frozen `Placement`, resolved once
+(`resolve_placement`) and only read by the graph builder, the loop and the evaluation job.
 
-A session config carries the placement: N virtual CPU devices (`device_count`), or each GPU
-split into equal virtual GPUs when the user asks for more towers than GPUs.
+The towers run one per GPU, or on virtual CPU devices on machines without GPUs. A session
+config carries the placement: N virtual CPU devices (`device_count`), or each GPU split into
+equal virtual GPUs when the user asks for more towers than GPUs.
 
 GPU devices are created once per process, by whatever asks for them first, and TensorFlow keeps
 each GPU's memory allocator for the life of the process with the options of that first
@@ -19,7 +21,7 @@ import math
 import tensorflow as tf
 
 from common import machine
-from inception.config.settings import PRECISIONS
+from inception.config import recipe
 
 tf1 = tf.compat.v1
 DEFAULT_CPU_TOWERS = 2
@@ -196,8 +198,6 @@ def check_precision(precision, placement, bf16_cpu=None, gpus=None):
     capability 8.0 or newer. fp16 (with loss scaling) needs GPU towers. `bf16_cpu` and `gpus`
     (a list of GpuInfo) stand in for this machine's in tests.
     """
-    if precision not in PRECISIONS:
-        raise PlacementError(f"--precision={precision}: use one of {', '.join(PRECISIONS)}.")
     if precision == "bf16" and placement.device_type == "gpu":
         lacking = [gpu for gpu in (gpu_infos() if gpus is None else gpus) if not gpu.has_bf16]
         if lacking:
@@ -235,8 +235,7 @@ def apply_precision(config, precision, placement):
     return config
 
 
-VARIABLE_DEVICES = {"cpu": "/cpu:0", "gpu": "/gpu:0"}
-VARIABLE_DEVICE_CHOICES = ("auto", *VARIABLE_DEVICES)
+VARIABLE_DEVICE_NAMES = {"cpu": "/cpu:0", "gpu": "/gpu:0"}  # --variable_device -> device
 
 
 def check_variable_device(variable_device, placement, distributed=False):
@@ -247,8 +246,6 @@ def check_variable_device(variable_device, placement, distributed=False):
     of the weights to the host and back would be pure cost); otherwise the CPU, as in the
     original (several GPUs average there; a cluster keeps them on its parameter servers).
     """
-    if variable_device not in VARIABLE_DEVICE_CHOICES:
-        raise PlacementError(f"--variable_device={variable_device}: use auto, cpu or gpu.")
     if variable_device == "auto":
         one_gpu = placement.device_type == "gpu" and placement.physical_gpus == 1
         variable_device = "gpu" if one_gpu and not distributed else "cpu"
@@ -259,7 +256,7 @@ def check_variable_device(variable_device, placement, distributed=False):
         if distributed:
             raise PlacementError("--variable_device=gpu is for one machine; on a cluster the "
                                  "variables live on the parameter servers.")
-    return VARIABLE_DEVICES[variable_device]
+    return VARIABLE_DEVICE_NAMES[variable_device]
 
 
 def apply_xla(config):
@@ -267,4 +264,83 @@ def apply_xla(config):
     step); returns it. On CPUs this works only in a process that called
     cli.allow_xla_on_cpu() before TensorFlow listed its devices (every entry point does)."""
     config.graph_options.optimizer_options.global_jit_level = tf1.OptimizerOptions.ON_1
+    return config
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """A run's towers, resolved: their devices, where the variables live, the arithmetic.
+
+    compute_dtype: the dtype GPU towers are built in (bfloat16 / float16), None for float32
+      (and for CPU towers, whose bf16 comes from oneDNN's rewrite in the session config).
+    initial_loss_scale: dynamic loss scaling starts at this scale (fp16); None: off.
+    """
+    towers: TowerPlacement
+    variable_device: str
+    precision: str
+    compute_dtype: object
+    initial_loss_scale: float
+    xla: bool = False
+    intra_op_threads: int = 0
+    inter_op_threads: int = 0
+
+    @property
+    def num_towers(self):
+        """How many towers."""
+        return self.towers.num_towers
+
+    @property
+    def tower_devices(self):
+        """Each tower's device name."""
+        return self.towers.tower_devices
+
+    @property
+    def stage_inputs(self):
+        """Whether each tower's input is copied to its device a step ahead: GPU towers."""
+        return self.towers.device_type == "gpu"
+
+    def session_config(self):
+        """The tf.compat.v1.ConfigProto of the towers: devices, threads, precision, XLA."""
+        config = apply_precision(
+            session_config(self.towers, self.intra_op_threads, self.inter_op_threads),
+            self.precision, self.towers)
+        return apply_xla(config) if self.xla else config
+
+    def describe_arithmetic(self):
+        """The log line's part about the arithmetic and what moves where, e.g. "bf16; inputs
+        staged on the GPUs; XLA"."""
+        extras = "".join([
+            f"; variables on {self.variable_device.strip('/').upper()}"
+            if self.variable_device != VARIABLE_DEVICE_NAMES["cpu"] else "",
+            "; inputs staged on the GPUs" if self.stage_inputs else "",
+            "; XLA" if self.xla else ""])
+        return f"{self.precision}{extras}"
+
+
+def resolve_placement(device_settings, distributed=False):
+    """The Placement of config.settings.DeviceSettings on this machine: towers planned, this
+    process's GPU options set (before anything creates the devices: configure_gpus), the
+    precision checked against the hardware and turned into the towers' arithmetic, the
+    variables placed. Raises PlacementError saying what to do."""
+    towers = plan_towers(device_settings.num_towers, count_gpus(),
+                         device_settings.virtual_gpu_memory_mb)
+    configure_gpus(towers)
+    precision = device_settings.precision
+    check_precision(precision, towers)
+    return Placement(
+        towers=towers,
+        variable_device=check_variable_device(device_settings.variable_device, towers,
+                                              distributed),
+        precision=precision, compute_dtype=tower_compute_dtype(precision, towers),
+        initial_loss_scale=recipe.INITIAL_LOSS_SCALE if precision == "fp16" else None,
+        xla=device_settings.xla, intra_op_threads=device_settings.intra_op_threads,
+        inter_op_threads=device_settings.inter_op_threads)
+
+
+def evaluation_session_config():
+    """The session config of an evaluation job, which shares a GPU with a training run beside
+    it: this process's GPU options set first (memory growth), soft placement."""
+    configure_gpus(plan_towers(None, count_gpus()))
+    config = tf1.ConfigProto(allow_soft_placement=True)
+    config.gpu_options.allow_growth = True
     return config

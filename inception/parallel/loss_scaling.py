@@ -3,18 +3,17 @@
 fp16 gradients of small losses underflow to zero. Each tower's loss is multiplied by a scale
 before its gradients are taken and the averaged gradients are divided by it again. When any
 gradient is not finite (the scale was too large), the update is skipped and the scale halved;
-after `GROWTH_INTERVAL` good steps in a row it doubles. The global step advances either way,
-so step counts and checkpoints stay in line with the loop.
+after a number of good steps in a row it doubles (the constants: config/recipe.py). The global
+step advances either way, so step counts and checkpoints stay in line with the loop.
 """
 
 import dataclasses
 
 import tensorflow as tf
 
+from inception.config import recipe
+
 tf1 = tf.compat.v1
-INITIAL_SCALE = 2.0 ** 15
-GROWTH_INTERVAL = 2000
-FACTOR = 2.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,7 +23,7 @@ class LossScale:
     good_steps: tf.Variable
 
 
-def create_loss_scale(initial_scale=INITIAL_SCALE):
+def create_loss_scale(initial_scale=recipe.INITIAL_LOSS_SCALE):
     """Non-trainable variables of the scale, saved in checkpoints so a resumed run keeps it."""
     with tf1.variable_scope("loss_scale"):
         scale = tf1.get_variable("scale", initializer=float(initial_scale), trainable=False)
@@ -39,7 +38,7 @@ def all_finite(grads):
 
 
 def apply_if_finite(grads_and_vars, apply_fn, global_step, loss_scale,
-                    growth_interval=GROWTH_INTERVAL):
+                    growth_interval=recipe.LOSS_SCALE_GROWTH_INTERVAL):
     """Runs `apply_fn()` (which must advance `global_step`) only if all gradients are finite,
     otherwise advances `global_step` alone; then adapts the scale. Returns the op."""
     finite = all_finite([grad for grad, _ in grads_and_vars])
@@ -57,8 +56,9 @@ def apply_if_finite(grads_and_vars, apply_fn, global_step, loss_scale,
 
 def _adapt_scale(finite, loss_scale, growth_interval):
     grown = loss_scale.good_steps + 1 >= growth_interval
-    new_scale = tf.where(finite, tf.where(grown, loss_scale.scale * FACTOR, loss_scale.scale),
-                         tf.maximum(loss_scale.scale / FACTOR, 1.0))
+    factor = recipe.LOSS_SCALE_FACTOR
+    new_scale = tf.where(finite, tf.where(grown, loss_scale.scale * factor, loss_scale.scale),
+                         tf.maximum(loss_scale.scale / factor, 1.0))
     new_good = tf.where(tf.logical_and(finite, tf.logical_not(grown)),
                         loss_scale.good_steps + 1, tf.zeros_like(loss_scale.good_steps))
     return tf.group(loss_scale.scale.assign(new_scale), loss_scale.good_steps.assign(new_good))

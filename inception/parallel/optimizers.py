@@ -7,14 +7,11 @@ for any number of towers; a tower's name scope (`tower_1/...`) names ops, never 
 
 import tensorflow as tf
 
+from inception.config import recipe
 from inception.config.plans import PlanError
 from inception.parallel import towers
 
 tf1 = tf.compat.v1
-RMSPROP_DECAY = 0.9
-RMSPROP_MOMENTUM = 0.9
-RMSPROP_EPSILON = 1.0
-MOMENTUM = 0.9
 
 
 def select_variables(stage, trainable):
@@ -43,11 +40,13 @@ def make_optimizer(stage, learning_rate, single_stage):
     its own), except in a one-stage plan, which keeps the original names (`.../RMSProp`)."""
     suffix = "" if single_stage else f"_{stage.name}"
     if stage.optimizer == "rmsprop":
-        return tf1.train.RMSPropOptimizer(learning_rate, decay=RMSPROP_DECAY,
-                                          momentum=RMSPROP_MOMENTUM, epsilon=RMSPROP_EPSILON,
+        return tf1.train.RMSPropOptimizer(learning_rate, decay=recipe.RMSPROP_DECAY,
+                                          momentum=recipe.RMSPROP_MOMENTUM,
+                                          epsilon=recipe.RMSPROP_EPSILON,
                                           name="RMSProp" + suffix)
     if stage.optimizer == "momentum":
-        return tf1.train.MomentumOptimizer(learning_rate, MOMENTUM, name="Momentum" + suffix)
+        return tf1.train.MomentumOptimizer(learning_rate, recipe.MOMENTUM,
+                                           name="Momentum" + suffix)
     if stage.optimizer == "adam":
         return tf1.train.AdamOptimizer(learning_rate, name="Adam" + suffix)
     if stage.optimizer == "sgd":

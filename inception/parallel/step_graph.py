@@ -12,7 +12,7 @@ import dataclasses
 import tensorflow as tf
 
 from inception.config import plans
-from inception.model.network import BATCH_NORM_DECAY
+from inception.config import recipe
 from inception.parallel import gpu_prefetch
 from inception.parallel import loss_scaling
 from inception.parallel import optimizers as optimizers_lib
@@ -20,8 +20,8 @@ from inception.parallel import towers as towers_lib
 
 tf1 = tf.compat.v1
 
-MOVING_AVERAGE_DECAY = 0.9999
-VARIABLE_DEVICE = "/cpu:0"
+DEFAULT_VARIABLE_DEVICE = "/cpu:0"  # as in the original; the run's Placement decides
+SUMMARY_DEVICE = "/cpu:0"  # TensorFlow's summary ops have CPU kernels only
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,7 +99,7 @@ def learning_rate_schedule(settings, global_step, steps_per_epoch):
 
 def build_train_graph(input_batch, make_model_fn, optimization, tower_devices,
                       examples_per_epoch, histograms=False, wrap_optimizer=None,
-                      initial_loss_scale=None, variable_device=VARIABLE_DEVICE,
+                      initial_loss_scale=None, variable_device=DEFAULT_VARIABLE_DEVICE,
                       stage_inputs=False, learning_rate=None):
     """Builds the towers once and one train op per stage of `optimization`'s plan (in the
     default graph).
@@ -135,7 +135,7 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices,
         schedule = (learning_rate_schedule(optimization, global_step,
                                            examples_per_epoch / examples_per_step)
                     if learning_rate is None else learning_rate)
-        bn_decay = warmed_up_decay(BATCH_NORM_DECAY, global_step)
+        bn_decay = warmed_up_decay(recipe.BATCH_NORM_DECAY, global_step)
     towers, staged = _build_towers(input_batch, make_model_fn(bn_decay), tower_devices,
                                    variable_device, stage_inputs)
     regularization = towers_lib.regularization_loss(variable_device)
@@ -174,7 +174,7 @@ def _build_towers(input_batch, model_fn, tower_devices, variable_device, stage_i
 def _averages_of_every_variable(global_step):
     # Every trainable variable gets its average now, whatever the stages train, so that
     # checkpoints always hold the averages evaluation restores.
-    moving_average = tf1.train.ExponentialMovingAverage(MOVING_AVERAGE_DECAY,
+    moving_average = tf1.train.ExponentialMovingAverage(recipe.MOVING_AVERAGE_DECAY,
                                                         num_updates=global_step)
     moving_average.apply(tf1.trainable_variables())
     return moving_average
@@ -200,7 +200,7 @@ class _SharedParts:
     input_batch: object
     histograms: bool
     single_stage: bool
-    variable_device: str = VARIABLE_DEVICE
+    variable_device: str = DEFAULT_VARIABLE_DEVICE
     wrap_optimizer: object = None
     loss_scale: loss_scaling.LossScale = None
     rate_fed: bool = False  # every stage takes `schedule`, whatever its plan says
@@ -265,7 +265,7 @@ def scalar_summary(tag, value):
 def _summaries(shared, stage, index, tower_totals, mean_loss, learning_rate, grads_and_vars):
     """TensorBoard summaries of one step of `stage`, merged into one op (run only when due)."""
     input_batch = shared.input_batch
-    with tf.device(VARIABLE_DEVICE), tf.name_scope("summaries"):  # summary ops are CPU-only
+    with tf.device(SUMMARY_DEVICE), tf.name_scope("summaries"):
         summaries = [scalar_summary("mean_loss", mean_loss),
                      scalar_summary("regularization_loss", shared.regularization),
                      scalar_summary("learning_rate", learning_rate),

@@ -28,9 +28,7 @@ from tensorflow.python.checkpoint import checkpoint_management
 from common import error_lines
 from common import files
 from data import tfrecord_format
-from inception.config.settings import DataSettings
 from inception.config.settings import ModelSettings
-from inception.config.settings import TrainSettings
 from inception.run import checkpoint_io
 from inception.run import health
 from inception.run.checkpoint_io import CheckpointError
@@ -39,6 +37,14 @@ from inception.run.checkpoint_io import step_or_none
 CHECKPOINT_BASENAME = "model.ckpt"
 SETTINGS_FILE = "model_settings.json"
 UNUSABLE_MARK = ".unusable"
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredRun:
+    """What a run's settings file holds: the model section of its settings (what builds the
+    network) and the data directory it trained on."""
+    model: ModelSettings
+    data_dir: str
 
 
 class RunDirectory:
@@ -63,16 +69,14 @@ class RunDirectory:
     # The stored settings.
 
     def read_settings(self):
-        """The stored part of the run's TrainSettings (its model section and data directory),
-        or None when the directory has no settings file."""
+        """The StoredRun of the directory, or None when it has no settings file."""
         path = self.file(SETTINGS_FILE)
         if not tf.io.gfile.exists(path):
             return None
         try:
             payload = json.loads(files.read_text(path))
             data_dir = payload.pop("data_dir", "")
-            return TrainSettings(model=ModelSettings(**payload),
-                                 data=DataSettings(data_dir=data_dir))
+            return StoredRun(model=ModelSettings(**payload), data_dir=data_dir)
         except (ValueError, TypeError) as error:
             raise CheckpointError(f"{path} is damaged ({error}); restore it from a backup or "
                                   "delete it to use the flags' settings.") from None
@@ -341,8 +345,8 @@ def _files_starting_with(prefix):
 
 
 def _reason(error):
-    return error_lines.root_cause(getattr(error, "message", None) or getattr(error, "strerror", None)
-                             or str(error))
+    message = getattr(error, "message", None) or getattr(error, "strerror", None)
+    return error_lines.root_cause(message or str(error))
 
 
 def _write_or_explain(path, text):

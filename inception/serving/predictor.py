@@ -89,7 +89,7 @@ def _checkpoint_model(train_dir, log, max_pixels):
     checkpoint_path = directory.require_checkpoint(log)
     log(f"loading {checkpoint_path}...")
     serving_graph = saved_model.build_serving_graph(
-        stored.model, directory.label_names(stored.data.data_dir, log), max_pixels=max_pixels)
+        stored.model, directory.label_names(stored.data_dir, log), max_pixels=max_pixels)
     serving_graph.graph.finalize()
     session = tf1.Session(graph=serving_graph.graph)
     saved_model.restore(session, serving_graph, checkpoint_path)

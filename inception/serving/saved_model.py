@@ -114,7 +114,7 @@ def restore(session, serving_graph, checkpoint_path):
     """Restores `checkpoint_path` into `session`; CheckpointError naming it when it cannot."""
     with session.graph.as_default():
         checkpoint_io.restore_or_explain(serving_graph.saver, session, checkpoint_path,
-                                       serving_graph.restore_map)
+                                         serving_graph.restore_map)
 
 
 def check_export_dir(export_dir):
@@ -137,8 +137,7 @@ def export_saved_model(checkpoint_path, stored, label_names, export_dir,
     """Writes the SavedModel of `checkpoint_path` to `<export_dir>/<step>`; returns that path.
 
     Args:
-      stored: the stored TrainSettings of the training directory
-        (RunDirectory.read_settings: its model section and data directory).
+      stored: run.directory.StoredRun of the training directory (its model settings).
       label_names: label_names[i - 1] names label i; empty when the data set had none.
       max_pixels: the serving signature refuses images of more pixels (baked in).
 
@@ -200,7 +199,7 @@ def export_training_run(checkpoint_dir, export_dir, checkpoint_path="", top_k=DE
     stored = directory.require_settings()
     checkpoint_path = directory.resolve(checkpoint_path, log)
     check_export_dir(export_dir)
-    label_names = directory.label_names(stored.data.data_dir, log)
+    label_names = directory.label_names(stored.data_dir, log)
     log(f"exporting {checkpoint_path} ({stored.model.image_size} px, "
         f"{stored.model.num_classes - 1} labels)...")
     return export_saved_model(checkpoint_path, stored, label_names, export_dir, top_k,

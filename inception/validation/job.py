@@ -26,40 +26,40 @@ def default_eval_dir(checkpoint_dir, subset):
     return os.path.join(checkpoint_dir, f"eval_{subset}")
 
 
-def resolve_settings(job, log=print):
+def resolve_settings(evaluation, log=print):
     """(ModelSettings, Dataset) from the checkpoint directory, with the overrides of the
-    EvalSettings `job`."""
-    stored = RunDirectory(job.checkpoint_dir).require_settings()
+    EvalSettings `evaluation`."""
+    stored = RunDirectory(evaluation.checkpoint_dir).require_settings()
     settings = stored.model
-    overrides = {name: getattr(job, name) for name in ("image_size", "depth_multiplier")
-                 if getattr(job, name) is not None}
+    overrides = {name: getattr(evaluation, name) for name in ("image_size", "depth_multiplier")
+                 if getattr(evaluation, name) is not None}
     if overrides:
         settings = dataclasses.replace(settings, **overrides)
         log(f"note: overriding the stored model settings with {overrides}")
-    dataset = datasets.resolve_dataset(settings.dataset, job.data_dir or stored.data.data_dir,
+    dataset = datasets.resolve_dataset(settings.dataset, evaluation.data_dir or stored.data_dir,
                                        settings.num_classes - 1, log=log)
     return settings, dataset
 
 
-def wait_for_settings(job, stop, log=print, sleep=time.sleep):
+def wait_for_settings(evaluation, stop, log=print, sleep=time.sleep):
     """Watching a run that has only just started: waits until its settings file exists (its
-    first moments, before it wrote one), `job.timeout_secs` passed (then the error says so) or
+    first moments, before it wrote one), `evaluation.timeout_secs` passed (then the error says so) or
     a stop was requested; returns whether the file is there."""
-    directory = RunDirectory(job.checkpoint_dir)
+    directory = RunDirectory(evaluation.checkpoint_dir)
     path = directory.file(SETTINGS_FILE)
     started = time.time()
     if tf.io.gfile.exists(path):
         return True
     missing = "" if directory.exists() else "; the directory does not exist yet: check the path"
-    log(f"waiting for training to write {path} (every {job.eval_interval_secs:g} s{missing})...")
+    log(f"waiting for training to write {path} (every {evaluation.eval_interval_secs:g} s{missing})...")
     while not stop.requested:
         if tf.io.gfile.exists(path):
             return True
-        if job.timeout_secs and time.time() - started >= job.timeout_secs:
+        if evaluation.timeout_secs and time.time() - started >= evaluation.timeout_secs:
             raise checkpoint_io.CheckpointError(
-                f"{job.checkpoint_dir} has no {SETTINGS_FILE} after {job.timeout_secs:g} s; is "
+                f"{evaluation.checkpoint_dir} has no {SETTINGS_FILE} after {evaluation.timeout_secs:g} s; is "
                 "training running with --train_dir there?")
-        wait(job.eval_interval_secs, stop, sleep)
+        wait(evaluation.eval_interval_secs, stop, sleep)
     return False
 
 
@@ -67,13 +67,13 @@ class EvalDirError(ValueError):
     """The summaries cannot be written where they would go; the message says what to pass."""
 
 
-def open_summary_writer(eval_dir, graph):
-    """A FileWriter on `eval_dir` (created), checked before any evaluation work; EvalDirError
+def open_summary_writer(eval_dir):
+    """A FileWriter on `eval_dir` (created), opened before any evaluation work; EvalDirError
     (one line, suggesting --eval_dir) when the directory cannot be written, e.g. a run on a
     read-only share whose default eval_dir lies inside it."""
     try:
         tf.io.gfile.makedirs(eval_dir)
-        with graph.as_default():  # v1 FileWriter refuses to start in eager mode
+        with tf.Graph().as_default():  # v1 FileWriter refuses to start in eager mode
             writer = tf1.summary.FileWriter(eval_dir)
         writer.flush()
         return writer
@@ -83,39 +83,53 @@ def open_summary_writer(eval_dir, graph):
                            "--eval_dir=<a directory you can write>.") from None
 
 
-def run_evaluation(job, log=print, logits_fn=None):
-    """Evaluates as `job` says; returns the list of EvalResult (one per checkpoint)."""
-    job.validate()
-    # Memory growth before anything creates the GPU devices: evaluation shares the GPU with a
-    # training run beside it.
-    devices.configure_gpus(devices.plan_towers(None, devices.count_gpus()))
-    if job.run_once:
-        return _evaluate(job, None, log, logits_fn)
+def run_evaluation(evaluation, log=print, logits_fn=None):
+    """Evaluates as the EvalSettings `evaluation` say; returns the list of EvalResult (one per
+    checkpoint)."""
+    evaluation.validate()
+    config = devices.evaluation_session_config()  # before anything creates the GPU devices
+    if evaluation.run_once:
+        return _evaluate(evaluation, config, None, log, logits_fn)
     with StopRequest(log, "stopping after the current evaluation") as stop:
-        if not wait_for_settings(job, stop, log):
+        if not wait_for_settings(evaluation, stop, log):
             return []
-        return _evaluate(job, stop, log, logits_fn)
+        return _evaluate(evaluation, config, stop, log, logits_fn)
 
 
-def _evaluate(job, stop, log, logits_fn):
-    settings, dataset = resolve_settings(job, log)
-    eval_dir = job.eval_dir or default_eval_dir(job.checkpoint_dir, job.subset)
-    shards = dataset.shards(job.subset)
-    expected = dataset.num_examples(job.subset, log)
-    if job.num_examples:
-        expected = min(expected, job.num_examples)
-    directory = RunDirectory(job.checkpoint_dir)
-    latest = directory.require_checkpoint(log) if job.run_once else None
-    eval_graph = scoring.build_eval_graph(shards, settings, job.batch_size,
-                                            job.num_examples, job.strict_input,
-                                            logits_fn=logits_fn)
-    writer = open_summary_writer(eval_dir, eval_graph.graph)
-    results = []
-    config = tf1.ConfigProto(allow_soft_placement=True)
-    config.gpu_options.allow_growth = True
+def _evaluate(evaluation, config, stop, log, logits_fn):
+    settings, dataset = resolve_settings(evaluation, log)
+    eval_dir = evaluation.eval_dir or default_eval_dir(evaluation.checkpoint_dir,
+                                                       evaluation.subset)
+    shards = dataset.shards(evaluation.subset)
+    expected = dataset.num_examples(evaluation.subset, log)
+    if evaluation.num_examples:
+        expected = min(expected, evaluation.num_examples)
+    latest = (RunDirectory(evaluation.checkpoint_dir).require_checkpoint(log)
+              if evaluation.run_once else None)
+    writer = open_summary_writer(eval_dir)
+    try:
+        eval_graph = scoring.build_eval_graph(shards, settings, evaluation.batch_size,
+                                              evaluation.num_examples, evaluation.strict_input,
+                                              logits_fn=logits_fn)
+        evaluate = _evaluator(eval_graph, config, expected, writer, dataset.name,
+                              evaluation.subset, log)
+        if evaluation.run_once:
+            results = [evaluate(latest)]
+        else:
+            results = []
+            watch_checkpoints(evaluation.checkpoint_dir,
+                              lambda path: results.append(evaluate(path)),
+                              evaluation.eval_interval_secs, evaluation.timeout_secs, stop, log)
+    finally:
+        writer.close()
+    log(f"eval summaries: {eval_dir}")
+    return results
 
+
+def _evaluator(eval_graph, config, expected, writer, dataset_name, subset, log):
+    """callable(checkpoint path) -> EvalResult: scores it, writes its summaries, logs it."""
     def evaluate(path):
-        log(f"evaluating {path} on {expected} {job.subset} examples of {dataset.name}...")
+        log(f"evaluating {path} on {expected} {subset} examples of {dataset_name}...")
         try:
             result = scoring.evaluate_checkpoint(eval_graph, path, config, expected)
         except tf.errors.OpError as error:
@@ -127,18 +141,8 @@ def _evaluate(job, stop, log, logits_fn):
         log(f"step {result.step}: {result.line()}, loss = {result.loss:.4f}"
             + (f", {result.corrupt_records} damaged images skipped"
                if result.corrupt_records else ""))
-        results.append(result)
-
-    try:
-        if job.run_once:
-            evaluate(latest)
-        else:
-            watch_checkpoints(job.checkpoint_dir, evaluate, job.eval_interval_secs,
-                                        job.timeout_secs, stop, log)
-    finally:
-        writer.close()
-    log(f"eval summaries: {eval_dir}")
-    return results
+        return result
+    return evaluate
 
 
 def watch_checkpoints(checkpoint_dir, evaluate, interval_secs, timeout_secs=0, stop=None,

@@ -92,8 +92,8 @@ def build_eval_graph(shards, settings, batch_size, max_examples=0, strict=False,
     with graph.as_default():
         with tf.device("/cpu:0"):
             batch = pipeline.build_eval_input(shards, batch_size, settings.image_size,
-                                                    settings.num_classes, strict=strict,
-                                                    max_examples=max_examples)
+                                              settings.num_classes, strict=strict,
+                                              max_examples=max_examples)
         logits = logits_fn(batch.images, settings)
         top1, top5, loss_sum = batch_scores(logits, batch.labels)
         batch_examples = tf.size(batch.labels, out_type=tf.int64)
@@ -115,7 +115,7 @@ def evaluate_checkpoint(eval_graph, checkpoint_path, session_config=None, expect
     totals = np.zeros(4, dtype=np.float64)
     with tf1.Session(graph=eval_graph.graph, config=session_config) as session:
         checkpoint_io.restore_or_explain(eval_graph.saver, session, checkpoint_path,
-                                       eval_graph.restore_map)
+                                         eval_graph.restore_map)
         progress = ProgressBar(expected_examples, "images") if show_progress else None
         session.run([eval_graph.local_initializer, eval_graph.input_initializer])
         fetches = [eval_graph.top1_correct, eval_graph.top5_correct, eval_graph.loss_sum,
@@ -134,7 +134,7 @@ def evaluate_checkpoint(eval_graph, checkpoint_path, session_config=None, expect
     count = int(totals[3])
     if count == 0:
         raise checkpoint_io.CheckpointError("the evaluation subset yielded no examples; check "
-                                          "--data_dir and --subset.")
+                                            "--data_dir and --subset.")
     return EvalResult(step=step_of(checkpoint_path),
                       precision_at_1=totals[0] / count, recall_at_5=totals[1] / count,
                       loss=totals[2] / count, num_examples=count, corrupt_records=corrupt)

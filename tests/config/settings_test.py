@@ -98,8 +98,8 @@ class SettingsTest(unittest.TestCase):
     def test_defaults_and_sane_values_pass(self):
         settings_lib.train_settings(train_dir="/tmp/x").validate()
         settings_lib.train_settings(train_dir="/tmp/x", batch_size=8, num_towers=2, max_steps=0,
-                                initial_learning_rate=1e-4, image_size=75,
-                                learning_rate_decay_factor=1.0, on_nan="rollback").validate()
+                                    initial_learning_rate=1e-4, image_size=75,
+                                    learning_rate_decay_factor=1.0, on_nan="rollback").validate()
         settings_lib.EvalSettings(checkpoint_dir="/tmp/x").validate()
 
     def test_choices_are_checked_for_library_callers_too(self):
@@ -107,19 +107,19 @@ class SettingsTest(unittest.TestCase):
                             ("on_nan", "ignore"), ("dataset", "mnist"), ("optimizer", "lbfgs")):
             with self.subTest(name=name):
                 with self.assertRaisesRegex(settings_lib.SettingsError, f"--{name}={value} is not "
-                                                                    "one of"):
+                                            "one of"):
                     settings_lib.train_settings(train_dir="/tmp/x", **{name: value}).validate()
 
     def test_fp16_on_a_cluster_is_refused(self):
         worker = cluster.cluster_settings("worker", 0, ["ps:1"], ["w:1"])
         with self.assertRaisesRegex(settings_lib.SettingsError, "--precision=fp16 .* distributed"):
             settings_lib.train_settings(train_dir="/tmp/x", precision="fp16",
-                                    cluster=worker).validate()
+                                        cluster=worker).validate()
 
     def test_each_flat_name_lands_in_its_one_section(self):
         built = settings_lib.train_settings(train_dir="/tmp/x", data_dir="/d", num_labels=3,
-                                        image_size=99, num_epochs_per_decay=2.0, num_towers=4,
-                                        max_steps=7, fine_tune=True)
+                                            image_size=99, num_epochs_per_decay=2.0, num_towers=4,
+                                            max_steps=7, fine_tune=True)
         self.assertEqual((built.data.data_dir, built.data.num_labels), ("/d", 3))
         self.assertEqual(built.model, settings_lib.ModelSettings(image_size=99))
         self.assertEqual(built.optimization.num_epochs_per_decay, 2.0)
@@ -133,14 +133,15 @@ class SettingsTest(unittest.TestCase):
             settings_lib.train_settings(train_dir="/tmp/x", num_class=3)
 
     def test_defaults_fill_only_what_is_unset(self):
-        class Defaults:  # the fields of datasets.TrainingDefaults that these tests need
+        class Defaults:  # the fields of recipe.TrainingDefaults that these tests need
             initial_learning_rate, num_epochs_per_decay, warmup_steps = 0.5, 30.0, 0
             optimizer, max_steps = "adam", 100
         optimization = settings_lib.with_defaults(
             settings_lib.OptimizationSettings(initial_learning_rate=0.01), Defaults)
         self.assertEqual((optimization.initial_learning_rate, optimization.optimizer,
                           optimization.num_epochs_per_decay), (0.01, "adam", 30.0))
-        self.assertEqual(settings_lib.with_defaults(settings_lib.LoopSettings(), Defaults).max_steps, 100)
+        self.assertEqual(
+            settings_lib.with_defaults(settings_lib.LoopSettings(), Defaults).max_steps, 100)
         self.assertEqual([stage.optimizer for stage in optimization.training_plan().stages],
                          ["adam"])
         with self.assertRaisesRegex(settings_lib.SettingsError, "not resolved"):

@@ -99,7 +99,7 @@ class DamagedRecordsTest(unittest.TestCase):
         lines = []
         train_dir = testing_utils.temp_dir("damaged_run")
         launch.train(tiny_options(train_dir, data_dir=data_dir, dataset="", max_steps=4),
-                       log=lines.append)
+                     log=lines.append)
         notes = [line for line in lines if "damaged input record(s) skipped so far" in line]
         self.assertTrue(notes, lines)
         self.assertRegex(notes[0], r"^note: [1-9]\d* damaged")  # reading runs ahead
@@ -181,7 +181,7 @@ class BadInputTest(unittest.TestCase):
                                     r"trained on 5 labels \(demo\), but this data has 6; pass "
                                     r"a new --train_dir .*--fine_tune"):
             launch.train(tiny_options(train_dir, data_dir=relabelled, dataset=""),
-                           log=lambda line: None)
+                         log=lambda line: None)
 
     def test_variables_on_a_gpu_the_machine_lacks(self):
         self.assert_fails_without_writing(

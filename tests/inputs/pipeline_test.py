@@ -10,6 +10,7 @@ from absl.testing import absltest
 from PIL import Image
 
 from data import tfrecord_format
+from inception.config import recipe
 from inception.inputs import pipeline
 from inception.inputs import preprocessing
 from tests import testing_utils
@@ -78,7 +79,7 @@ def read_all(batch):
 def first_batches(shards, seed, count=3, batch_size=4):
     with tf.Graph().as_default():
         batch = pipeline.build_train_input(shards, batch_size, SIZE, NUM_CLASSES, seed=seed,
-                                                 shuffle_buffer=16)
+                                           shuffle_buffer=16)
         with tf1.Session() as session:
             session.run([tf1.local_variables_initializer(), batch.initializer])
             return [session.run([batch.images, batch.labels]) for _ in range(count)]
@@ -125,7 +126,7 @@ class ShardsTest(unittest.TestCase):
     def test_training_survives_damaged_records(self):
         with tf.Graph().as_default():
             batch = pipeline.build_train_input(self.shards, 4, SIZE, NUM_CLASSES, seed=1,
-                                                     shuffle_buffer=8)
+                                               shuffle_buffer=8)
             with tf1.Session() as session:
                 session.run([tf1.local_variables_initializer(), batch.initializer])
                 for _ in range(6):  # three passes over the 8 records
@@ -138,7 +139,7 @@ class ShardsTest(unittest.TestCase):
     def test_strict_input_names_the_damaged_file(self):
         with tf.Graph().as_default():
             batch = pipeline.build_eval_input(self.shards, 4, SIZE, NUM_CLASSES,
-                                                    strict=True)
+                                              strict=True)
             with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
                                         r"damaged or non-JPEG image .*(truncated|garbage)\.jpg"):
                 read_all(batch)
@@ -186,7 +187,7 @@ class CropTest(unittest.TestCase):
 
     def test_crops_stay_inside_the_image_and_cover_the_object(self):
         rng = np.random.RandomState(0)
-        crop = preprocessing.ORIGINAL_CROP
+        crop = recipe.ORIGINAL_CROP
         with tf.Graph().as_default():
             shape_in = tf1.placeholder(tf.int32, [3])
             boxes_in = tf1.placeholder(tf.float32, [None, 4])

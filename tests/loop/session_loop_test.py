@@ -96,9 +96,9 @@ def loop_settings(train_dir, max_steps, **overrides):
 
 def run(train_dir, max_steps, log=None, settings=None, input_fn=None, **factory_args):
     return session_loop.run_training(build_graph_fn(input_fn, **factory_args),
-                                   testing_utils.cpu_session_config(NUM_TOWERS),
-                                   loop_settings(train_dir, max_steps, **(settings or {})),
-                                   log=log if log is not None else (lambda line: None))
+                                     testing_utils.cpu_session_config(NUM_TOWERS),
+                                     loop_settings(train_dir, max_steps, **(settings or {})),
+                                     log=log if log is not None else (lambda line: None))
 
 
 def train_steps(variable_device, steps=3):

@@ -5,6 +5,7 @@ import unittest
 import numpy as np
 import tensorflow as tf
 from absl.testing import absltest
+
 from tf_slim.layers import layers as slim_layers
 from tf_slim.nets import inception_v3
 
@@ -14,7 +15,7 @@ from inception.model.slim_compat import tf_slim as slim
 
 tf1 = tf.compat.v1
 SETTINGS = settings_lib.ModelSettings(num_classes=5, image_size=75, depth_multiplier=0.1,
-                               dataset="demo")
+                                      dataset="demo")
 
 
 def select_ops(build):

@@ -21,9 +21,9 @@ FEATURES = 8 * 8 * 3
 
 GAN_PLAN = plans.TrainingPlan((
     plans.Stage("generator", steps=2, scopes=("generator",), loss_terms=("generator_loss",),
-                 optimizer="sgd", learning_rate=0.5),
+                optimizer="sgd", learning_rate=0.5),
     plans.Stage("discriminator", steps=2, scopes=("discriminator",),
-                 loss_terms=("discriminator_loss",), optimizer="adam", learning_rate=0.01),
+                loss_terms=("discriminator_loss",), optimizer="adam", learning_rate=0.01),
     plans.Stage("full", steps=2, optimizer="momentum", learning_rate=0.05),
 ))
 
@@ -52,7 +52,7 @@ def gan_model_fn(images, labels):
     d_real, d_fake = discriminator(real), discriminator(fake)
     return {"generator_loss": tf.reduce_mean(tf.nn.softplus(-d_fake)),
             "discriminator_loss": tf.reduce_mean(tf.nn.softplus(-d_real))
-                                  + tf.reduce_mean(tf.nn.softplus(d_fake))}
+            + tf.reduce_mean(tf.nn.softplus(d_fake))}
 
 
 def stage_gradients(num_towers, stage, images, labels):
@@ -73,14 +73,14 @@ def stage_gradients(num_towers, stage, images, labels):
 def run_plan(train_dir, plan, max_steps=100, log=None):
     def build():
         return step_graph.build_train_graph(testing_utils.synthetic_input(BATCH),
-                                             lambda decay: gan_model_fn,
-                                             testing_utils.optimization(plan=plan),
-                                             ["/cpu:0", "/cpu:1"], 64)
+                                            lambda decay: gan_model_fn,
+                                            testing_utils.optimization(plan=plan),
+                                            ["/cpu:0", "/cpu:1"], 64)
     settings = settings_lib.LoopSettings(train_dir=train_dir, max_steps=max_steps,
                                          log_every_n_steps=1, save_summaries_steps=0,
                                          save_checkpoint_steps=2, save_interval_secs=0)
     return session_loop.run_training(build, testing_utils.cpu_session_config(2), settings,
-                                   log=log or (lambda line: None))
+                                     log=log or (lambda line: None))
 
 
 def variables_at(train_dir, step, prefix):
@@ -139,7 +139,7 @@ class GanStagesTest(unittest.TestCase):
     def test_first_stage_changes_only_the_generator(self):
         train_dir = testing_utils.temp_dir("gan_first")
         plan = plans.TrainingPlan((GAN_PLAN.stages[0],
-                                    plans.Stage("rest", scopes=("discriminator",))))
+                                   plans.Stage("rest", scopes=("discriminator",))))
         run_plan(train_dir, plan, max_steps=2)
         initial = {}
         with tf.Graph().as_default():
@@ -169,9 +169,9 @@ class PlanErrorsTest(unittest.TestCase):
     def build(self, plan):
         with tf.Graph().as_default():
             step_graph.build_train_graph(testing_utils.synthetic_input(BATCH),
-                                          lambda decay: gan_model_fn,
-                                          testing_utils.optimization(plan=plan),
-                                          ["/cpu:0", "/cpu:1"], 64)
+                                         lambda decay: gan_model_fn,
+                                         testing_utils.optimization(plan=plan),
+                                         ["/cpu:0", "/cpu:1"], 64)
 
     def test_tower_name_scope_matches_no_variable(self):
         plan = plans.plan_from_scopes(["tower_1/discriminator"])

@@ -158,7 +158,7 @@ class StoredSettingsTest(unittest.TestCase):
         RunDirectory(train_dir).write_settings(run)
         stored = RunDirectory(train_dir).read_settings()
         self.assertEqual(stored.model, run.model)  # read into the section it was written from
-        self.assertEqual(stored.data.data_dir, "/data")
+        self.assertEqual(stored.data_dir, "/data")
         path = os.path.join(train_dir, SETTINGS_FILE)
         first = os.stat(path)
         RunDirectory(train_dir).write_settings(run)
@@ -166,7 +166,7 @@ class StoredSettingsTest(unittest.TestCase):
         RunDirectory(train_dir).write_settings(dataclasses.replace(
             run, data=settings_lib.DataSettings(data_dir="/moved")))
         self.assertNotEqual(os.stat(path).st_ino, first.st_ino)
-        self.assertEqual(RunDirectory(train_dir).read_settings().data.data_dir,
+        self.assertEqual(RunDirectory(train_dir).read_settings().data_dir,
                          "/moved")
 
 

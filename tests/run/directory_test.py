@@ -111,7 +111,7 @@ class ReadOnlyTest(unittest.TestCase):
         with self.assertRaisesRegex(job.EvalDirError,
                                     f"^cannot write evaluation summaries to {eval_dir} "
                                     r"\(.*Read-only file system.*\); pass --eval_dir="):
-            job.open_summary_writer(eval_dir, tf.Graph())
+            job.open_summary_writer(eval_dir)
         self.assertEqual(RunDirectory(os.path.join(share, "run")).newest(),
                          os.path.join(share, "run", "model.ckpt-2"))
 

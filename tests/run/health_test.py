@@ -89,8 +89,8 @@ def run(train_dir, max_steps, lines=None, **options):
                                          save_checkpoint_steps=1, save_interval_secs=0,
                                          **loop_options)
     return session_loop.run_training(build_graph_fn(**options),
-                                   testing_utils.cpu_session_config(NUM_TOWERS), settings,
-                                   log=(lines.append if lines is not None else lambda _: None))
+                                     testing_utils.cpu_session_config(NUM_TOWERS), settings,
+                                     log=(lines.append if lines is not None else lambda _: None))
 
 
 def checkpoint_steps(train_dir):

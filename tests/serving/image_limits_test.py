@@ -95,7 +95,7 @@ class GraphRunner:
             self.header = preprocessing.image_header(self.encoded)
             self.size = preprocessing.encoded_image_size(self.encoded)
             self.crop_shape = tf.shape(preprocessing.decode_central_crop(self.encoded,
-                                                                           self.limit))
+                                                                         self.limit))
         self.session = tf1.Session(graph=self.graph)
 
     def header_of(self, data):
@@ -241,7 +241,7 @@ def tiny_logits(images, settings):
 def in_memory_model(max_pixels=image_limits.MAX_IMAGE_PIXELS):
     """(predict, session, serving graph) of the tiny model, as classify's `predict`."""
     serving_graph = saved_model.build_serving_graph(MODEL, ("a", "b", "c"), top_k=2,
-                                                 logits_fn=tiny_logits, max_pixels=max_pixels)
+                                                    logits_fn=tiny_logits, max_pixels=max_pixels)
     session = tf1.Session(graph=serving_graph.graph)
     with serving_graph.graph.as_default():
         session.run(tf1.global_variables_initializer())
@@ -288,8 +288,8 @@ class ClassifyTest(unittest.TestCase):
         stored = settings_lib.TrainSettings(model=MODEL)
         export_dir = os.path.join(testing_utils.temp_dir("tiny_export"), "models")
         version_dir = saved_model.export_saved_model(checkpoint_path, stored, ("a", "b", "c"),
-                                                  export_dir, top_k=2, logits_fn=tiny_logits,
-                                                  max_pixels=9999)
+                                                     export_dir, top_k=2, logits_fn=tiny_logits,
+                                                     max_pixels=9999)
         loaded = tf.saved_model.load(version_dir)
         baked = loaded.prune([], f"{saved_model.LIMIT_CONSTANT}:0")
         self.assertEqual(int(baked()), 9999)

@@ -68,7 +68,7 @@ def eval_graph_logits(checkpoint_path, shards, settings):
         return captured["logits"]
 
     eval_graph = scoring.build_eval_graph(shards, settings, VALIDATION_IMAGES,
-                                            logits_fn=capture)
+                                          logits_fn=capture)
     with tf1.Session(graph=eval_graph.graph) as session:
         eval_graph.saver.restore(session, checkpoint_path)
         session.run([eval_graph.local_initializer, eval_graph.input_initializer])
@@ -94,7 +94,7 @@ class TrainedRun:
             save_checkpoint_steps=1), log=lambda line: None)
         self.export_dir = os.path.join(testing_utils.temp_dir("export"), "models")
         self.version_dir = saved_model.export_training_run(self.train_dir, self.export_dir,
-                                                        log=lambda line: None)
+                                                           log=lambda line: None)
         self.serve = tf.saved_model.load(self.version_dir).signatures
         self.shards = sorted(tf.io.gfile.glob(os.path.join(self.data_dir, "validation-*")))
         self.images_bytes = validation_bytes(self.shards)

@@ -60,11 +60,11 @@ class TrainableScopesTest(unittest.TestCase):
     def test_only_head_variables_change_across_two_towers(self):
         train_dir = testing_utils.temp_dir("head_only")
         launch.train(options(train_dir, max_steps=1, save_checkpoint_steps=1),
-                       log=lambda line: None)
+                     log=lambda line: None)
         lines = []
         launch.train(options(train_dir, max_steps=3,
-                               plan=plans.plan_from_scopes(HEAD_SCOPES)),
-                       log=lines.append)
+                             plan=plans.plan_from_scopes(HEAD_SCOPES)),
+                     log=lines.append)
         self.assertTrue(any("stage 'train'" in line and "InceptionV3/Logits" in line
                             for line in lines))
         before = read(os.path.join(train_dir, "model.ckpt-1"))
@@ -97,9 +97,9 @@ class FineTuningTest(unittest.TestCase):
         train_dir = testing_utils.temp_dir("fine_tune")
         lines = []
         result = launch.train(options(train_dir, max_steps=1, fine_tune=True,
-                                        plan=plans.plan_from_scopes(HEAD_SCOPES),
-                                        pretrained_model_checkpoint_path=self.published),
-                                log=lines.append)
+                                      plan=plans.plan_from_scopes(HEAD_SCOPES),
+                                      pretrained_model_checkpoint_path=self.published),
+                              log=lines.append)
         self.assertTrue(any(line.startswith("initialized ") and "InceptionV3/Logits" in line
                             for line in lines), lines)
         saved = read(result.checkpoint)
@@ -114,8 +114,8 @@ class FineTuningTest(unittest.TestCase):
         # A later run resumes from train_dir's own checkpoint, not the pretrained one.
         lines = []
         launch.train(options(train_dir, max_steps=2, fine_tune=True,
-                               pretrained_model_checkpoint_path=self.published),
-                       log=lines.append)
+                             pretrained_model_checkpoint_path=self.published),
+                     log=lines.append)
         self.assertTrue(any("resumed from" in line for line in lines))
         self.assertFalse(any(line.startswith("initialized ") for line in lines))
         # The head-only run had optimizer slots for the head only; the rest start fresh.
@@ -128,15 +128,15 @@ class FineTuningTest(unittest.TestCase):
                                     r"variable InceptionV3/AuxLogits/Conv2d_2b_1x1/biases has "
                                     r"shape \[1001\].*\[6\].*--fine_tune"):
             launch.train(options(train_dir, pretrained_model_checkpoint_path=self.published),
-                           log=lambda line: None)
+                         log=lambda line: None)
         self.assertIsNone(RunDirectory(train_dir).newest())
 
     def test_exclude_scopes_instead_of_fine_tune(self):
         lines = []
         launch.train(options(testing_utils.temp_dir("exclude"), max_steps=1,
-                               checkpoint_exclude_scopes=HEAD_SCOPES,
-                               pretrained_model_checkpoint_path=self.published),
-                       log=lines.append)
+                             checkpoint_exclude_scopes=HEAD_SCOPES,
+                             pretrained_model_checkpoint_path=self.published),
+                     log=lines.append)
         self.assertTrue(any("left freshly initialized under InceptionV3/Logits, "
                             "InceptionV3/AuxLogits" in line for line in lines), lines)
 
@@ -144,7 +144,7 @@ class FineTuningTest(unittest.TestCase):
         train_dir = testing_utils.temp_dir("missing")
         with self.assertRaisesRegex(checkpoint_io.CheckpointError, "/nonexistent does not exist"):
             launch.train(options(train_dir, pretrained_model_checkpoint_path="/nonexistent"),
-                           log=lambda line: None)
+                         log=lambda line: None)
         with self.assertRaisesRegex(ValueError, "need --pretrained_model_checkpoint_path"):
             launch.train(options(train_dir, fine_tune=True), log=lambda line: None)
 

@@ -9,12 +9,11 @@ import tensorflow as tf
 from absl.testing import absltest
 
 from inception.config import plans
+from inception.config import recipe
 from inception.config import settings as settings_lib
 from inception.driver import launch
 from inception.driver import lr_range
 from inception.driver import resolution
-from inception.inputs import datasets
-from inception.inputs import preprocessing
 from inception.loop import guards
 from inception.parallel import step_graph
 from tests import testing_utils
@@ -43,7 +42,7 @@ class WarmupTest(unittest.TestCase):
         settings = testing_utils.optimization(initial_learning_rate=0.1)
         with tf.Graph().as_default():
             rate = step_graph.learning_rate_schedule(settings, tf.constant(0, tf.int64),
-                                                      steps_per_epoch=10)
+                                                     steps_per_epoch=10)
             self.assertEqual(rate.op.name, "learning_rate")
             with tf1.Session() as session:
                 self.assertAlmostEqual(session.run(rate), 0.1, places=7)
@@ -73,14 +72,14 @@ class DefaultsTest(unittest.TestCase):
         self.assertEqual(optimizers(run), ["adam"])
         self.assertEqual(run.settings.optimization.initial_learning_rate, 0.001)
         self.assertEqual(run.settings.optimization.warmup_steps, 0)
-        self.assertEqual(run.dataset.defaults.crop, datasets.MILD_CROP)
+        self.assertEqual(run.dataset.defaults.crop, recipe.MILD_CROP)
 
     def test_imagenet_keeps_the_original_recipe(self):
         run = self.resolve(dataset="imagenet")
         self.assertEqual(optimizers(run), ["rmsprop"])
         self.assertEqual(run.settings.optimization.initial_learning_rate, 0.1)
         self.assertEqual(run.settings.optimization.warmup_steps, 0)
-        self.assertEqual(run.dataset.defaults.crop, preprocessing.ORIGINAL_CROP)
+        self.assertEqual(run.dataset.defaults.crop, recipe.ORIGINAL_CROP)
 
     def test_flags_win(self):
         run = self.resolve(optimizer="rmsprop", initial_learning_rate=0.01, warmup_steps=20,
@@ -172,9 +171,10 @@ class RangeTestTest(unittest.TestCase):
         lines = []
         result = launch.find_learning_rate(
             settings_lib.train_settings(train_dir=train_dir,
-                                  data_dir=testing_utils.tiny_demo_data(train=24, validation=4),
-                                  dataset="demo", image_size=75, depth_multiplier=0.1,
-                                  batch_size=4, num_towers=2, seed=1),
+                                        data_dir=testing_utils.tiny_demo_data(train=24,
+                                                                              validation=4),
+                                        dataset="demo", image_size=75, depth_multiplier=0.1,
+                                        batch_size=4, num_towers=2, seed=1),
             lr_range.RangeTest(min_rate=1e-4, max_rate=100.0, steps=40), plot,
             log=lines.append)
         self.assertGreater(len(result.rates), 5)

@@ -57,8 +57,8 @@ class LossScalingTest(unittest.TestCase):
             iterator = tf1.data.make_initializable_iterator(dataset)
             image_batch, label_batch = iterator.get_next()
             input_batch = pipeline.InputBatch(image_batch, label_batch,
-                                                    tf.constant(0, tf.int64),
-                                                    iterator.initializer)
+                                              tf.constant(0, tf.int64),
+                                              iterator.initializer)
             built = step_graph.build_train_graph(
                 input_batch, lambda decay: testing_utils.small_conv_model_fn(),
                 testing_utils.optimization(), ["/cpu:0", "/cpu:1"], 64,

@@ -41,7 +41,7 @@ class RamFileSystemTest(unittest.TestCase):
         self.assertEqual([(result.step, result.num_examples) for result in results], [(3, 4)])
         self.assertTrue(tf.io.gfile.isdir(f"{train_dir}/eval_validation"))
         version = saved_model.export_training_run(train_dir, "ram://remote/export",
-                                               log=lines.append)
+                                                  log=lines.append)
         self.assertTrue(tf.io.gfile.exists(f"{version}/saved_model.pb"))
 
     def test_entry_points_keep_urls_as_they_are(self):

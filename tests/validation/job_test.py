@@ -94,8 +94,8 @@ def uniform_checkpoint_and_graph(name, step, max_examples=0):
     shards = datasets.resolve_dataset("demo", DATA_DIR).shards("validation")
     settings = settings_lib.ModelSettings(NUM_CLASSES, IMAGE_SIZE, 1.0, "demo")
     return path, scoring.build_eval_graph(shards, settings, batch_size=4,
-                                            max_examples=max_examples,
-                                            logits_fn=mean_feature_logits)
+                                          max_examples=max_examples,
+                                          logits_fn=mean_feature_logits)
 
 
 class MetricsTest(unittest.TestCase):
@@ -111,7 +111,7 @@ class MetricsTest(unittest.TestCase):
         shards = datasets.resolve_dataset("demo", DATA_DIR).shards("validation")
         settings = settings_lib.ModelSettings(NUM_CLASSES, IMAGE_SIZE, 1.0, "demo")
         graph = scoring.build_eval_graph(shards, settings, batch_size=3,
-                                           logits_fn=mean_feature_logits)
+                                         logits_fn=mean_feature_logits)
         result = scoring.evaluate_checkpoint(graph, path, show_progress=False)
 
         features, labels = eval_features_and_labels(shards)
@@ -135,7 +135,7 @@ class MetricsTest(unittest.TestCase):
 
     def test_result_line_format(self):
         result = scoring.EvalResult(step=3, precision_at_1=0.5, recall_at_5=0.75, loss=1.0,
-                                      num_examples=8)
+                                    num_examples=8)
         self.assertEqual(result.line(), "precision @ 1 = 0.5000 recall @ 5 = 0.7500 [8 examples]")
 
 
@@ -169,7 +169,7 @@ class WatchTest(unittest.TestCase):
                 stop.requested = True
 
         count = job.watch_checkpoints(directory, evaluated.append, interval_secs=0.01,
-                                            stop=stop, log=lambda line: None, sleep=fake_sleep)
+                                      stop=stop, log=lambda line: None, sleep=fake_sleep)
         self.assertEqual([checkpoint_io.step_of(p) for p in evaluated], [10, 20, 30, 40])
         self.assertEqual(count, 4)
 
@@ -177,7 +177,7 @@ class WatchTest(unittest.TestCase):
         directory = testing_utils.temp_dir("watch_timeout")
         lines = []
         count = job.watch_checkpoints(directory, lambda path: None, interval_secs=0.01,
-                                            timeout_secs=0.05, log=lines.append)
+                                      timeout_secs=0.05, log=lines.append)
         self.assertEqual(count, 0)
         self.assertTrue(any("no new checkpoint" in line for line in lines))
 
@@ -195,7 +195,7 @@ class WatchTest(unittest.TestCase):
             evaluated.append(path)
 
         count = job.watch_checkpoints(directory, evaluate, interval_secs=0.01,
-                                            timeout_secs=0.05, log=lines.append)
+                                      timeout_secs=0.05, log=lines.append)
         self.assertEqual((count, evaluated), (1, [prefixes[1]]))
         self.assertIn(f"skipping {prefixes[0]}: checkpoint {prefixes[0]} cannot be restored",
                       lines)
@@ -207,7 +207,7 @@ class WatchTest(unittest.TestCase):
         tf1.train.update_checkpoint_state(directory, prefixes[1], prefixes)
         evaluated = []
         job.watch_checkpoints(directory, evaluated.append, interval_secs=0.01,
-                                    timeout_secs=0.05, log=lambda line: None)
+                              timeout_secs=0.05, log=lambda line: None)
         self.assertEqual(evaluated, [prefixes[1]])
 
 
@@ -317,7 +317,7 @@ class EvaluationJobTest(unittest.TestCase):
         RunDirectory(empty).write_settings(stored_settings(DATA_DIR))
         with self.assertRaisesRegex(checkpoint_io.CheckpointError, "no checkpoint in .* yet"):
             job.run_evaluation(settings_lib.EvalSettings(checkpoint_dir=empty, run_once=True),
-                                      log=lambda line: None)
+                               log=lambda line: None)
 
     def test_a_damaged_checkpoint_is_named_in_one_line(self):
         damaged = testing_utils.temp_dir("damaged_eval")
@@ -331,8 +331,8 @@ class EvaluationJobTest(unittest.TestCase):
             handle.truncate(os.path.getsize(data) // 2)
         with self.assertRaises(checkpoint_io.CheckpointError) as caught:
             job.run_evaluation(settings_lib.EvalSettings(checkpoint_dir=damaged,
-                                                             run_once=True),
-                                      log=lambda line: None)
+                                                         run_once=True),
+                               log=lambda line: None)
         message = str(caught.exception)
         self.assertIn(f"in {damaged} can be used (the newest, model.ckpt-2, is damaged (",
                       message)

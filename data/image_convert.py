@@ -20,7 +20,7 @@ from data import tfrecord_format
 # Pillow's advice: above 95 the file grows a lot for no visible gain.
 JPEG_QUALITY = 95
 # The training pipeline treats a JPEG as complete only when its end-of-image marker lies within
-# this many bytes of the end (image_processing.is_complete_jpeg); other JPEGs are re-encoded.
+# this many bytes of the end (inputs/preprocessing.is_complete_jpeg); other JPEGs are re-encoded.
 _JPEG_END_WINDOW = 64
 _JPEG_END_MARKER = b"\xff\xd9"
 _PASS_THROUGH_FORMATS = ("JPEG", "MPO")  # MPO: a camera JPEG with extra frames appended

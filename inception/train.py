@@ -210,7 +210,7 @@ def checked_settings():
 
 
 def train(settings):
-    """Trains (TensorFlow loads here); returns train_loop.TrainResult or ends with one line."""
+    """Trains (TensorFlow loads here); returns session_loop.TrainResult or ends with one line."""
     startup.quiet_tensorflow()
     from common import error_lines  # pylint: disable=import-outside-toplevel
     from inception import distributed  # pylint: disable=import-outside-toplevel

@@ -16,10 +16,12 @@ from tf_slim.ops import arg_scope
 from data import demo_data
 from inception.config import recipe
 from inception.config import settings as settings_lib
+from inception.inputs import datasets
 from inception.inputs import pipeline
 from inception.model import network
 from inception.parallel import step_graph
 from inception.parallel import towers
+from inception.validation import scoring
 
 tf1 = tf.compat.v1
 
@@ -258,6 +260,21 @@ def tiny_inception_step(devices, config, batch=16, compute_dtype=None, loss_scal
             updates = {v.op.name: after - old
                        for v, old, after in zip(variables, before, session.run(variables))}
             scale_value = float(session.run(scale[0])) if scale else None
+    conv_formats, ran_on = _what_ran(metadata)
+    return StepResult(
+        ran=set().union(*ran_on.values()), ran_on=ran_on, losses=losses, updates=updates,
+        variable_dtypes={v.dtype.base_dtype for v in graph.get_collection("variables")
+                         if v.dtype.is_floating},
+        op_dtypes={op.type: op.get_attr("T") for op in graph.get_operations()
+                   if op.type in ("Conv2D", "Conv2DBackpropFilter", "FusedBatchNormV3")},
+        variable_devices={v.op.name: v.device for v in graph.get_collection("variables")
+                          if v.dtype.is_floating},
+        conv_formats=conv_formats, loss_scale=scale_value)
+
+
+def _what_ran(metadata):
+    """({device kind: convolution data formats}, {device kind: op types that ran}) of a
+    traced step."""
     conv_formats = {}
     for partition in metadata.partition_graphs:
         for node in partition.node:
@@ -270,15 +287,7 @@ def tiny_inception_step(devices, config, batch=16, compute_dtype=None, loss_scal
         for stats in device.node_stats:
             ran_on.setdefault(kind, set()).add(
                 stats.timeline_label.split("=")[-1].split("(")[0].strip())
-    return StepResult(
-        ran=set().union(*ran_on.values()), ran_on=ran_on, losses=losses, updates=updates,
-        variable_dtypes={v.dtype.base_dtype for v in graph.get_collection("variables")
-                         if v.dtype.is_floating},
-        op_dtypes={op.type: op.get_attr("T") for op in graph.get_operations()
-                   if op.type in ("Conv2D", "Conv2DBackpropFilter", "FusedBatchNormV3")},
-        variable_devices={v.op.name: v.device for v in graph.get_collection("variables")
-                          if v.dtype.is_floating},
-        conv_formats=conv_formats, loss_scale=scale_value)
+    return conv_formats, ran_on
 
 
 def save_initial_weights(devices, config, settings=TINY_INCEPTION):
@@ -304,19 +313,70 @@ def assert_finite_checkpoint(test, path):
             test.assertTrue(np.all(np.isfinite(value)), name)
 
 
+def build_small_train_graph(plan=None, make_model_fn=None):
+    """step_graph.build_train_graph (in the default graph) of the small conv model, or of
+    `make_model_fn(batch_norm_decay)`'s, on 2 virtual CPU towers: synthetic_input batches of 8,
+    64 examples an epoch, training plan `plan` (None: one stage), rate 0.01."""
+    return step_graph.build_train_graph(synthetic_input(8),
+                                        make_model_fn or (lambda decay: small_conv_model_fn()),
+                                        optimization(initial_learning_rate=0.01, plan=plan),
+                                        ["/cpu:0", "/cpu:1"], 64)
+
+
 def train_small_model(train_dir, max_steps, save_checkpoint_steps=2, log=None, **loop_settings):
     """Trains the small conv model on 2 virtual CPU towers with the real loop; returns its
     TrainResult (checkpoints every `save_checkpoint_steps` steps, no summaries)."""
     from inception.loop import session_loop  # pylint: disable=import-outside-toplevel
 
-    def build():
-        return step_graph.build_train_graph(synthetic_input(8),
-                                            lambda decay: small_conv_model_fn(),
-                                            optimization(initial_learning_rate=0.01),
-                                            ["/cpu:0", "/cpu:1"], 64)
     settings = settings_lib.LoopSettings(train_dir=train_dir, max_steps=max_steps,
                                          save_summaries_steps=0,
                                          save_checkpoint_steps=save_checkpoint_steps,
                                          **loop_settings)
-    return session_loop.run_training(build, cpu_session_config(2), settings,
+    return session_loop.run_training(build_small_train_graph, cpu_session_config(2), settings,
                                      log=log or (lambda line: None))
+
+
+TINY_EVAL = settings_lib.ModelSettings(num_classes=len(demo_data.CLASS_NAMES) + 1, image_size=16,
+                                       depth_multiplier=1.0, dataset="demo")
+
+
+def mean_feature_logits(images, settings):
+    """A tiny model with known logits: logits[c] = mean(image) * w[c] + b[c]."""
+    w = tf1.get_variable("tiny/w", [settings.num_classes])
+    b = tf1.get_variable("tiny/b", [settings.num_classes])
+    feature = tf.reduce_mean(images, axis=[1, 2, 3])
+    return feature[:, tf.newaxis] * w + b
+
+
+def write_tiny_checkpoint(directory, raw, averaged, step):
+    """A checkpoint with raw values and different moving averages of tiny/w and tiny/b."""
+    with tf.Graph().as_default():
+        variables = {name: tf1.get_variable(f"tiny/{name}", initializer=raw[name])
+                     for name in ("w", "b")}
+        shadows = {f"tiny/{name}/ExponentialMovingAverage": tf1.get_variable(
+            f"shadow_{name}", initializer=averaged[name]) for name in ("w", "b")}
+        global_step = tf1.train.get_or_create_global_step()
+        saver = tf1.train.Saver({**{v.op.name: v for v in variables.values()}, **shadows,
+                                 "global_step": global_step})
+        with tf1.Session() as session:
+            session.run(tf1.global_variables_initializer())
+            session.run(global_step.assign(step))
+            return saver.save(session, os.path.join(directory, "model.ckpt"), global_step=step,
+                              write_meta_graph=False)
+
+
+def tiny_eval_graph(data_dir, batch_size, max_examples=0):
+    """scoring.build_eval_graph of mean_feature_logits (TINY_EVAL) over the validation shards
+    of the demo data in `data_dir`."""
+    shards = datasets.resolve_dataset("demo", data_dir).shards("validation")
+    return scoring.build_eval_graph(shards, TINY_EVAL, batch_size=batch_size,
+                                    max_examples=max_examples, logits_fn=mean_feature_logits)
+
+
+def uniform_checkpoint_and_graph(data_dir, name, step, max_examples=0):
+    """A tiny checkpoint (w = 1, b = 0) in a new directory and the evaluation graph of the tiny
+    model over the validation shards of the demo data in `data_dir`, batches of 4."""
+    values = {"w": np.ones(TINY_EVAL.num_classes, np.float32),
+              "b": np.zeros(TINY_EVAL.num_classes, np.float32)}
+    path = write_tiny_checkpoint(temp_dir(name), values, values, step=step)
+    return path, tiny_eval_graph(data_dir, batch_size=4, max_examples=max_examples)

@@ -211,5 +211,3 @@ def split_address(address):
     if not separator or not host or not port.isdigit():
         raise ClusterConfigError(f"task address {address!r} is not host:port.")
     return host.strip("[]"), int(port)
-
-

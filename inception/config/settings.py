@@ -5,7 +5,7 @@ the section stored as model_settings.json), `optimization` (plan, optimizer, lea
 schedule), `devices` (towers, precision, placement), `loop` (train_dir, cadences, limits, what a
 divergence does), `init` (where a fresh run's weights come from) and `cluster`. Library code
 takes the section it needs. None in a section means "the data set's default" until the run is
-resolved (training.resolve_run fills it with `with_defaults`).
+resolved (driver/resolution.py fills it: `fill_defaults`).
 
 Free of TensorFlow, so the entry points check every flag in well under two seconds, before
 they load TensorFlow, build anything or write anything. The checks that need the data or the

@@ -49,7 +49,7 @@ class ClusterWorker(replica_lib.Replica):
 
     Construct it before building the graph (it starts the task's server, which must be up for
     the parameter servers to see this worker), pass `wrap_optimizer` to
-    train_graph.build_train_graph (once: one-stage plans only) and the object itself to
+    step_graph.build_train_graph (once: one-stage plans only) and the object itself to
     run_training as `replica`.
 
     on_stuck: callable(message), called from a timer thread when a TensorFlow call outlives its

@@ -70,14 +70,14 @@ def train(settings, log=print, on_stuck=None):
     """Runs training as `settings` (a TrainSettings) say; returns session_loop.TrainResult.
 
     Checks the settings first (nothing is written for a bad one), then holds the lock of
-    `train_dir` for the whole run (run_lock.py; on a cluster the chief alone).
+    `train_dir` for the whole run (run/lock.py; on a cluster the chief alone).
 
     on_stuck: on a cluster, callable(message) for a TensorFlow call that outlives its own
     timeout (see distributed.ClusterWorker); the entry point ends the process.
 
     Raises ValueError subclasses (SettingsError, PlanError, RunLockError, DataError,
     PlacementError, CheckpointError) with a message that says what to do, and
-    loop_guards.NonFiniteLossError when training diverges; on a cluster also
+    guards.NonFiniteLossError when training diverges; on a cluster also
     distributed.ClusterError (a task lost or late) and DivergedError.
     """
     settings.validate()

@@ -34,8 +34,6 @@ _HEADER_BYTES = 26  # through the BMP height, the last size at a fixed offset
 _LARGEST_SIDE = 2**31  # sides are clamped to this before multiplying, so no int64 overflows
 
 
-
-
 def is_complete_jpeg(encoded):
     """True when `encoded` (scalar string) starts like a JPEG and has an end-of-image marker.
 

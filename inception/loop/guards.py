@@ -45,7 +45,7 @@ def divergence(step, tower_losses, tower_gradient_norms=(), variables=()):
 
 def kept(last_checkpoint, set_aside=()):
     """How a stop names the last healthy checkpoint (or that there is none) and the checkpoints
-    it set aside (see checkpoint_health.SaveRecord for what healthy means)."""
+    it set aside (see run.health.SaveRecord for what healthy means)."""
     if last_checkpoint:
         text = f"the last healthy checkpoint is {last_checkpoint} (a rerun continues from it)"
     elif set_aside:

@@ -1,4 +1,4 @@
-"""The hooks through which `train_loop.run_training` takes part in training: here the plain
+"""The hooks through which `session_loop.run_training` takes part in training: here the plain
 one-machine behaviour, which a cluster worker (distributed/worker.py) overrides."""
 
 import contextlib

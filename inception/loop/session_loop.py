@@ -69,13 +69,13 @@ def run_training(build_graph, session_config, settings, make_initializer=None, l
     `save_checkpoint_steps` / `save_interval_secs`, at the end and on SIGINT/SIGTERM, each time
     after checking that every variable is finite: a checkpoint never holds NaN or Inf. When
     training diverges, the checkpoints written since the divergence began are set aside
-    (checkpoint_health.HealthRecords.last_healthy) and it stops with guards.NonFiniteLossError
+    (run.health.HealthRecords.last_healthy) and it stops with guards.NonFiniteLossError
     naming the step, the last healthy checkpoint and those set aside, or, with
     `settings.on_nan='rollback'`, goes back to the last healthy checkpoint (or the weights a
     fresh run started from) and on with the next batches.
 
     Args:
-      build_graph: callable() -> train_graph.TrainGraph, called inside a fresh default graph.
+      build_graph: callable() -> step_graph.TrainGraph, called inside a fresh default graph.
       session_config: tf.compat.v1.ConfigProto (devices for the towers).
       settings: settings.LoopSettings, its max_steps filled (settings.with_defaults).
       make_initializer: optional callable() -> callable(session), for a fresh start only.
@@ -85,7 +85,7 @@ def run_training(build_graph, session_config, settings, make_initializer=None, l
 
     Returns:
       TrainResult. Raises guards.NonFiniteLossError / DivergingError, and
-      checkpoints.CheckpointError when no checkpoint restores or one cannot be written.
+      checkpoint_io.CheckpointError when no checkpoint restores or one cannot be written.
     """
     replica = replica or replica_lib.Replica()
     run_dir = RunDirectory(settings.train_dir)
@@ -130,7 +130,7 @@ def _build_run(build_graph, settings, replica, checkpoint, make_initializer, log
         train_graph = build_graph()
         saved_variables = {v.op.name: v for v in tf1.global_variables()}
         # Relative names in TensorFlow's `checkpoint` file: the directory stays usable when it
-        # is copied or moved (run_directory.py).
+        # is copied or moved (run/directory.py).
         saver = tf1.train.Saver(
             saved_variables, max_to_keep=settings.keep_checkpoints, name="saver",
             keep_checkpoint_every_n_hours=settings.keep_checkpoint_every_n_hours or 1e6,
@@ -268,6 +268,7 @@ class _Loop:
                 f"{warning} Training stopped (--on_divergence=stop); "
                 f"{guards.kept(healthy, set_aside)}.")
         self.log(timestamped(f"warning: {warning}"))
+
     def _maybe_log(self, step, cadences, result, corrupt):
         """The loss line when due; returns the damaged-record count reported so far."""
         now = time.time()
@@ -289,7 +290,7 @@ class _Loop:
 
     def _save(self, step):
         """Checks every variable, then writes the checkpoint of `step` and what the loop knew of
-        it (checkpoint_health.SaveRecord); returns its path."""
+        it (run.health.SaveRecord); returns its path."""
         self.replica.before_save(self.session)
         bad = self.health.non_finite(self.session)
         if bad:
@@ -360,6 +361,8 @@ class _Loop:
 
         self.unverified = None
         return healthy
+
+
 class _Cadences:
     """When to log, summarize and checkpoint, and where the current log interval began."""
 

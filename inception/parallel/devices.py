@@ -183,8 +183,6 @@ def session_config(placement, intra_op_threads=0, inter_op_threads=0):
     return config
 
 
-
-
 def cpu_supports_bf16(cpuinfo_path=machine.CPUINFO):
     """True when the CPU has bf16 matrix instructions (AVX512-BF16 or AMX-BF16)."""
     flags = machine.cpu_flags(cpuinfo_path)

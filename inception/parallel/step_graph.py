@@ -105,7 +105,7 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices,
     default graph).
 
     Args:
-      input_batch: input_pipeline.InputBatch of the global batch.
+      input_batch: inputs.pipeline.InputBatch of the global batch.
       make_model_fn: callable(batch_norm_decay) -> model_fn(images, labels) -> {term: loss};
         e.g. functools.partial(model.make_model_fn, model_settings).
       optimization: settings.OptimizationSettings with the data set's defaults filled in
@@ -245,6 +245,7 @@ def _update_ops(optimizer, grads_and_vars, trained, shared):
     if shared.wrap_optimizer is not None:
         wrapped = shared.wrap_optimizer(optimizer, shared.moving_average, trained)
         return [wrapped.apply_gradients(grads_and_vars, global_step=shared.global_step)]
+
     def apply_and_average():
         apply_op = optimizer.apply_gradients(grads_and_vars, global_step=shared.global_step)
         with tf.control_dependencies([apply_op]):

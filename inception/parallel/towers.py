@@ -2,7 +2,7 @@
 
 This module knows nothing about Inception: it takes a `model_fn(*tower_inputs) -> {term: loss}`
 and works for any model, which is what lets tests compare N towers with one device on a small
-model, and what every stage of a training plan (stages.py) shares.
+model, and what every stage of a training plan (optimizers.py) shares.
 
 Variables are created by tower 0 and reused by the others through the *variable* scope, so
 they are named `InceptionV3/...` whatever the tower; each tower's ops live under the *name*

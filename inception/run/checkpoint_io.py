@@ -1,6 +1,6 @@
 """Checkpoint files: what a checkpoint holds, whether it can be trusted, and restoring it.
 
-Where checkpoints live and which one a tool uses is run_directory.py's business; this module
+Where checkpoints live and which one a tool uses is run/directory.py's business; this module
 reads one checkpoint given its prefix (`.../model.ckpt-1200`).
 """
 
@@ -97,7 +97,7 @@ FINE_TUNE_EXCLUDED_SCOPES = ("InceptionV3/Logits", "InceptionV3/AuxLogits")
 
 def pretrained_initializer(checkpoint_path, variables, exclude_scopes=(), log=print):
     """Prepares restoring `variables` (except those under `exclude_scopes`) from the checkpoint
-    prefix `checkpoint_path` (run_directory.pretrained_checkpoint resolves a directory).
+    prefix `checkpoint_path` (run.directory.pretrained_checkpoint resolves a directory).
 
     Call while the graph is being built; returns callable(session) that restores. Names must
     match (`InceptionV3/...`, as in tf-slim's published checkpoint and in ours); a missing

@@ -41,7 +41,7 @@ class SaveRecord:
 
 
 class HealthRecords:
-    """The records of one run directory (a run_directory.RunDirectory)."""
+    """The records of one run directory (a run.directory.RunDirectory)."""
 
     def __init__(self, directory):
         self.directory = directory

@@ -43,23 +43,23 @@ def resolve_settings(evaluation, log=print):
 
 def wait_for_settings(evaluation, stop, log=print, sleep=time.sleep):
     """Watching a run that has only just started: waits until its settings file exists (its
-    first moments, before it wrote one), `evaluation.timeout_secs` passed (then the error says so) or
-    a stop was requested; returns whether the file is there."""
+    first moments, before it wrote one), `evaluation.timeout_secs` passed (then the error says
+    so) or a stop was requested; returns whether the file is there."""
     directory = RunDirectory(evaluation.checkpoint_dir)
     path = directory.file(SETTINGS_FILE)
-    started = time.time()
+    started, interval, timeout = time.time(), evaluation.eval_interval_secs, evaluation.timeout_secs
     if tf.io.gfile.exists(path):
         return True
     missing = "" if directory.exists() else "; the directory does not exist yet: check the path"
-    log(f"waiting for training to write {path} (every {evaluation.eval_interval_secs:g} s{missing})...")
+    log(f"waiting for training to write {path} (every {interval:g} s{missing})...")
     while not stop.requested:
         if tf.io.gfile.exists(path):
             return True
-        if evaluation.timeout_secs and time.time() - started >= evaluation.timeout_secs:
+        if timeout and time.time() - started >= timeout:
             raise checkpoint_io.CheckpointError(
-                f"{evaluation.checkpoint_dir} has no {SETTINGS_FILE} after {evaluation.timeout_secs:g} s; is "
+                f"{evaluation.checkpoint_dir} has no {SETTINGS_FILE} after {timeout:g} s; is "
                 "training running with --train_dir there?")
-        wait(evaluation.eval_interval_secs, stop, sleep)
+        wait(interval, stop, sleep)
     return False
 
 

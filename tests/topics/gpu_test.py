@@ -140,7 +140,7 @@ class TowersOnGpusTest(unittest.TestCase):
 
     def test_layout_optimizer_converts_the_fp32_graph_to_nchw(self):
         # Grappler's layout optimizer gave up on the whole graph over tf-slim's dropout before
-        # (compat.py); on a GPU its fp32 convolutions must run in NCHW.
+        # (model/network.py); on a GPU its fp32 convolutions must run in NCHW.
         if ON_CPU:
             self.skipTest("the layout optimizer converts GPU graphs only")
         self.assertIn("NCHW", self.step().conv_formats["GPU"])

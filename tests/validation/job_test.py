@@ -1,4 +1,5 @@
-"""Evaluation: metrics against a hand computation, the checkpoint watch, bad input."""
+"""The evaluation job: the checkpoint watch, settings from a training run, bad input
+(scores of one checkpoint: scoring_test)."""
 
 import os
 import shutil
@@ -8,14 +9,12 @@ import sys
 import time
 import unittest
 
-import numpy as np
 import tensorflow as tf
 from absl.testing import absltest
 
 from inception.config import settings as settings_lib
 from inception.driver import launch
 from inception.inputs import datasets
-from inception.inputs import pipeline
 from inception.run import checkpoint_io
 from inception.run.directory import RunDirectory
 from inception.validation import job
@@ -23,8 +22,6 @@ from inception.validation import scoring
 from tests import testing_utils
 
 tf1 = tf.compat.v1
-NUM_CLASSES = 6  # 5 demo labels + background
-IMAGE_SIZE = 16
 DATA_DIR = None
 
 
@@ -35,108 +32,9 @@ def setUpModule():
 
 def stored_settings(data_dir):
     """The stored part of a training run's settings: a tiny model on the demo data."""
-    return settings_lib.TrainSettings(model=settings_lib.ModelSettings(NUM_CLASSES, 107, 0.1,
-                                                                       "demo"),
-                                      data=settings_lib.DataSettings(data_dir=data_dir))
-
-
-def mean_feature_logits(images, settings):
-    """A tiny model with known logits: logits[c] = mean(image) * w[c] + b[c]."""
-    w = tf1.get_variable("tiny/w", [settings.num_classes])
-    b = tf1.get_variable("tiny/b", [settings.num_classes])
-    feature = tf.reduce_mean(images, axis=[1, 2, 3])
-    return feature[:, tf.newaxis] * w + b
-
-
-def write_tiny_checkpoint(directory, raw, averaged, step):
-    """A checkpoint with raw values and different moving averages of tiny/w and tiny/b."""
-    with tf.Graph().as_default():
-        variables = {name: tf1.get_variable(f"tiny/{name}", initializer=raw[name])
-                     for name in ("w", "b")}
-        shadows = {f"tiny/{name}/ExponentialMovingAverage": tf1.get_variable(
-            f"shadow_{name}", initializer=averaged[name]) for name in ("w", "b")}
-        global_step = tf1.train.get_or_create_global_step()
-        saver = tf1.train.Saver({**{v.op.name: v for v in variables.values()}, **shadows,
-                                 "global_step": global_step})
-        with tf1.Session() as session:
-            session.run(tf1.global_variables_initializer())
-            session.run(global_step.assign(step))
-            return saver.save(session, os.path.join(directory, "model.ckpt"), global_step=step,
-                              write_meta_graph=False)
-
-
-def eval_features_and_labels(shards):
-    """Image means and labels of the evaluation pipeline (one pass)."""
-    with tf.Graph().as_default():
-        batch = pipeline.build_eval_input(shards, 100, IMAGE_SIZE, NUM_CLASSES)
-        with tf1.Session() as session:
-            session.run([tf1.local_variables_initializer(), batch.initializer])
-            images, labels = session.run([batch.images, batch.labels])
-    return images.mean(axis=(1, 2, 3)), labels
-
-
-def hand_scores(logits, labels):
-    """precision@1, recall@5 and mean cross-entropy computed with NumPy."""
-    top1 = np.mean(np.argmax(logits, axis=1) == labels)
-    ranks = np.array([np.sum(row > row[label]) for row, label in zip(logits, labels)])
-    top5 = np.mean(ranks < 5)
-    shifted = logits - logits.max(axis=1, keepdims=True)
-    log_softmax = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
-    loss = -np.mean(log_softmax[np.arange(len(labels)), labels])
-    return top1, top5, loss
-
-
-def uniform_checkpoint_and_graph(name, step, max_examples=0):
-    """A tiny checkpoint (w = 1, b = 0) in a new directory and the evaluation graph of the tiny
-    model over the demo's validation shards, batches of 4."""
-    values = {"w": np.ones(NUM_CLASSES, np.float32), "b": np.zeros(NUM_CLASSES, np.float32)}
-    path = write_tiny_checkpoint(testing_utils.temp_dir(name), values, values, step=step)
-    shards = datasets.resolve_dataset("demo", DATA_DIR).shards("validation")
-    settings = settings_lib.ModelSettings(NUM_CLASSES, IMAGE_SIZE, 1.0, "demo")
-    return path, scoring.build_eval_graph(shards, settings, batch_size=4,
-                                          max_examples=max_examples,
-                                          logits_fn=mean_feature_logits)
-
-
-class MetricsTest(unittest.TestCase):
-
-    def test_scores_match_a_hand_computation_with_a_partial_last_batch(self):
-        directory = testing_utils.temp_dir("metrics")
-        rng = np.random.RandomState(3)
-        raw = {"w": rng.normal(size=NUM_CLASSES).astype(np.float32),
-               "b": rng.normal(size=NUM_CLASSES).astype(np.float32)}
-        averaged = {"w": rng.normal(scale=4.0, size=NUM_CLASSES).astype(np.float32),
-                    "b": rng.normal(size=NUM_CLASSES).astype(np.float32)}
-        path = write_tiny_checkpoint(directory, raw, averaged, step=42)
-        shards = datasets.resolve_dataset("demo", DATA_DIR).shards("validation")
-        settings = settings_lib.ModelSettings(NUM_CLASSES, IMAGE_SIZE, 1.0, "demo")
-        graph = scoring.build_eval_graph(shards, settings, batch_size=3,
-                                         logits_fn=mean_feature_logits)
-        result = scoring.evaluate_checkpoint(graph, path, show_progress=False)
-
-        features, labels = eval_features_and_labels(shards)
-        self.assertEqual(len(labels), 7)
-        logits = features[:, None] * averaged["w"] + averaged["b"]
-        top1, top5, loss = hand_scores(logits, labels)
-        self.assertEqual(result.step, 42)
-        self.assertEqual(result.num_examples, 7)  # batches of 3, 3 and 1
-        self.assertAlmostEqual(result.precision_at_1, top1, places=6)
-        self.assertAlmostEqual(result.recall_at_5, top5, places=6)
-        # Counts are exact; the loss is TensorFlow's float32 cross-entropy of 7 examples
-        # against NumPy's float64: float32 rounding (7 digits) of a loss of order 1.
-        self.assertAlmostEqual(result.loss, loss, places=4)
-        raw_logits = features[:, None] * raw["w"] + raw["b"]
-        self.assertNotAlmostEqual(hand_scores(raw_logits, labels)[2], result.loss, places=3)
-
-    def test_num_examples_limits_the_count(self):
-        path, graph = uniform_checkpoint_and_graph("limit", step=1, max_examples=5)
-        result = scoring.evaluate_checkpoint(graph, path, show_progress=False)
-        self.assertEqual(result.num_examples, 5)
-
-    def test_result_line_format(self):
-        result = scoring.EvalResult(step=3, precision_at_1=0.5, recall_at_5=0.75, loss=1.0,
-                                    num_examples=8)
-        self.assertEqual(result.line(), "precision @ 1 = 0.5000 recall @ 5 = 0.7500 [8 examples]")
+    return settings_lib.TrainSettings(
+        model=settings_lib.ModelSettings(testing_utils.TINY_EVAL.num_classes, 107, 0.1, "demo"),
+        data=settings_lib.DataSettings(data_dir=data_dir))
 
 
 class WatchTest(unittest.TestCase):
@@ -210,7 +108,6 @@ class WatchTest(unittest.TestCase):
                               timeout_secs=0.05, log=lambda line: None)
         self.assertEqual(evaluated, [prefixes[1]])
 
-
     def test_the_watch_waits_for_training_to_write_its_settings(self):
         # The usual pattern: training and eval started together; eval must not quit at once.
         directory = testing_utils.temp_dir("watch_settings")
@@ -235,7 +132,8 @@ class WatchTest(unittest.TestCase):
                 timeout_secs=0.05), Stop(), lambda line: None)
 
     def test_a_checkpoint_deleted_while_it_is_read_is_named_so(self):
-        path, graph = uniform_checkpoint_and_graph("deleted_while_read", step=5)
+        path, graph = testing_utils.uniform_checkpoint_and_graph(DATA_DIR,
+                                                                 "deleted_while_read", step=5)
         directory = os.path.dirname(path)
         for name in os.listdir(directory):  # training's --keep_checkpoints deleted it
             os.remove(os.path.join(directory, name))

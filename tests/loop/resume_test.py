@@ -1,0 +1,151 @@
+"""How a session starts: fresh (initialize, an optional pretrained restore, averages synced) or
+resumed from a checkpoint, which may lack optimizer state or averages but no model variable
+(the loop around it: session_loop_test)."""
+
+import os
+import unittest
+
+import numpy as np
+import tensorflow as tf
+from absl.testing import absltest
+
+from inception.config import plans
+from inception.loop import resume
+from inception.run import checkpoint_io
+from tests import testing_utils
+
+tf1 = tf.compat.v1
+KERNEL = "net/conv/kernel"
+STEPS = 2
+ADAM = plans.TrainingPlan((plans.Stage("train", optimizer="adam"),))
+
+
+def session_config():
+    return testing_utils.cpu_session_config(2)
+
+
+def trained_checkpoint(leave_out=()):
+    """A checkpoint of the small model after STEPS steps, without the variables `leave_out`;
+    returns (its path, {name: value} of every variable when it was saved)."""
+    with tf.Graph().as_default():
+        built = testing_utils.build_small_train_graph()
+        variables = {v.op.name: v for v in tf1.global_variables()}
+        saver = tf1.train.Saver({name: v for name, v in variables.items()
+                                 if name not in leave_out})
+        with tf1.Session(config=session_config()) as session:
+            session.run([tf1.global_variables_initializer(), built.input_initializer])
+            for _ in range(STEPS):
+                session.run(built.stages[0].train_op)
+            path = saver.save(session, os.path.join(testing_utils.temp_dir("resume"),
+                                                    "model.ckpt"), global_step=STEPS)
+            return path, session.run(variables)
+
+
+def resumed(checkpoint, plan=None, make_model_fn=None):
+    """Builds the small model's graph and resumes it from `checkpoint`; returns (the step
+    `start` returned, {name: value} after it, {name: value} of a fresh initialization of the
+    same graph, the lines logged)."""
+    lines = []
+    with tf.Graph().as_default():
+        built = testing_utils.build_small_train_graph(plan, make_model_fn)
+        variables = {v.op.name: v for v in tf1.global_variables()}
+        start = resume.prepare_resume(checkpoint, built, variables, lines.append)
+        with tf1.Session(config=session_config()) as session:
+            step = start(session)
+            values = session.run(variables)
+        with tf1.Session(config=session_config()) as session:
+            session.run(tf1.global_variables_initializer())
+            fresh = session.run(variables)
+    return step, values, fresh, lines
+
+
+def assert_same_values(actual, expected, names):
+    for name in names:
+        np.testing.assert_array_equal(actual[name], expected[name], err_msg=name)
+
+
+class FreshStartTest(unittest.TestCase):
+
+    def test_the_initializer_runs_after_initialization_and_the_averages_follow_it(self):
+        pretrained = np.full([3, 3, 3, 8], 0.25, np.float32)
+        with tf.Graph().as_default():
+            built = testing_utils.build_small_train_graph()
+            kernel = [v for v in tf1.trainable_variables() if v.op.name == KERNEL][0]
+
+            def make_initializer():  # like a pretrained restore: its ops built here
+                assign = kernel.assign(pretrained)
+                return lambda session: session.run(assign)
+
+            start = resume.prepare_fresh_start(built, make_initializer)
+            with tf1.Session(config=session_config()) as session:
+                self.assertEqual(start(session), 0)
+                np.testing.assert_array_equal(session.run(kernel), pretrained)
+                for variable in tf1.trainable_variables():
+                    average = built.moving_average.average(variable)
+                    np.testing.assert_array_equal(session.run(average), session.run(variable),
+                                                  err_msg=variable.op.name)
+                self.assertEqual(session.run(built.global_step), 0)
+
+    def test_without_an_initializer_every_variable_is_initialized(self):
+        with tf.Graph().as_default():
+            built = testing_utils.build_small_train_graph()
+            start = resume.prepare_fresh_start(built, None)
+            with tf1.Session(config=session_config()) as session:
+                self.assertEqual(start(session), 0)
+                self.assertEqual(session.run(tf1.report_uninitialized_variables()).size, 0)
+
+
+class ResumeTest(unittest.TestCase):
+
+    def test_the_step_and_every_stored_value_are_restored(self):
+        path, stored = trained_checkpoint()
+        step, values, fresh, lines = resumed(path)
+        self.assertEqual(step, STEPS)
+        self.assertEqual(sorted(values), sorted(stored))
+        assert_same_values(values, stored, stored)
+        self.assertFalse(np.array_equal(values[KERNEL], fresh[KERNEL]))  # trained, not initial
+        self.assertEqual(lines, [])
+
+    def test_optimizer_state_of_a_changed_plan_starts_fresh_with_a_note(self):
+        path, stored = trained_checkpoint()
+        step, values, fresh, lines = resumed(path, plan=ADAM)
+        new = sorted(set(values) - set(stored))
+        weights = ["net/conv/bias", KERNEL, "net/logits/weights"]
+        self.assertEqual(new, sorted([f"{name}/Adam{slot}" for name in weights
+                                      for slot in ("", "_1")]
+                                     + ["stage_train/beta1_power", "stage_train/beta2_power"]))
+        self.assertEqual(step, STEPS)
+        assert_same_values(values, fresh, new)
+        assert_same_values(values, stored, set(values) & set(stored))
+        self.assertEqual(lines, [f"note: {len(new)} optimizer or averaging variables are not in "
+                                 f"{path} (the training plan changed); they start fresh."])
+
+    def test_an_average_the_checkpoint_lacks_starts_at_the_restored_weight(self):
+        average = f"{KERNEL}/ExponentialMovingAverage"
+        path, stored = trained_checkpoint(leave_out=[average])
+        self.assertFalse(np.array_equal(stored[average], stored[KERNEL]))  # it lags behind
+        _, values, _, lines = resumed(path)
+        np.testing.assert_array_equal(values[average], stored[KERNEL])
+        self.assertRegex(lines[0], "^note: 1 optimizer or averaging variables are not in ")
+
+    def test_a_missing_model_variable_or_step_is_an_error_naming_it(self):
+        for name in ("net/logits/weights", "global_step"):
+            with self.subTest(name=name):
+                path, _ = trained_checkpoint(leave_out=[name])
+                with self.assertRaises(checkpoint_io.CheckpointError) as caught:
+                    resumed(path)
+                self.assertEqual(str(caught.exception),
+                                 f"checkpoint {path} has no variable {name}; the model changed "
+                                 "since it was written; use the flags it was trained with, or "
+                                 "a new --train_dir.")
+
+    def test_a_variable_of_another_shape_is_an_error_naming_it(self):
+        path, _ = trained_checkpoint()
+        with self.assertRaisesRegex(checkpoint_io.CheckpointError,
+                                    "net/logits/weights.* use the flags it was trained with"):
+            resumed(path, make_model_fn=lambda decay: testing_utils.small_conv_model_fn(
+                num_classes=5))
+
+
+if __name__ == "__main__":
+    absltest.main()

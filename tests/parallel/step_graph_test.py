@@ -1,0 +1,148 @@
+"""The training graph builder: the batch-norm decay's warm-up, one train op per stage of a plan,
+moving averages of every weight, and what a plan's stages cannot select (learning-rate
+schedule: topics/learning_rate_test)."""
+
+import unittest
+
+import numpy as np
+import tensorflow as tf
+from absl.testing import absltest
+
+from inception.config import plans
+from inception.config import recipe
+from inception.parallel import step_graph
+from tests import testing_utils
+
+tf1 = tf.compat.v1
+CONV = ["net/conv/bias", "net/conv/kernel"]
+HEAD = ["net/logits/weights"]
+TWO_STAGES = plans.TrainingPlan((
+    plans.Stage("conv", steps=1, scopes=("net/conv",), optimizer="sgd", learning_rate=0.5),
+    plans.Stage("head", scopes=("net/logits",), optimizer="sgd", learning_rate=0.5)))
+
+
+def build(plan=None, unused_variable=False, seen_decays=None):
+    """The small conv model's training graph on two virtual CPU towers (default graph); each
+    batch-norm decay tensor the graph hands the model is appended to `seen_decays`."""
+    def make_model_fn(decay):
+        if seen_decays is not None:
+            seen_decays.append(decay)
+        return testing_utils.small_conv_model_fn(unused_variable=unused_variable)
+    return testing_utils.build_small_train_graph(plan, make_model_fn)
+
+
+def session_for(built):
+    """A session on the towers' two virtual CPUs, variables and input initialized."""
+    session = tf1.Session(config=testing_utils.cpu_session_config(2))
+    session.run([tf1.global_variables_initializer(), built.input_initializer])
+    return session
+
+
+def weights_and_averages(session, built):
+    """({name: value} of the trainable variables, {name: value} of their moving averages)."""
+    variables = {v.op.name: v for v in tf1.trainable_variables()}
+    averages = {name: built.moving_average.average(v) for name, v in variables.items()}
+    return session.run(variables), session.run(averages)
+
+
+def changed(before, after):
+    return sorted(name for name in before if not np.array_equal(before[name], after[name]))
+
+
+class WarmedUpDecayTest(unittest.TestCase):
+
+    def test_values_follow_the_warm_up_formula_up_to_the_maximum(self):
+        steps = [0, 1, 9, 90, 2990, 10**6]
+        with tf.Graph().as_default():
+            step = tf1.placeholder(tf.int64, [])
+            decay = step_graph.warmed_up_decay(recipe.BATCH_NORM_DECAY, step)
+            with tf1.Session() as session:
+                values = [session.run(decay, {step: s}) for s in steps]
+        expected = [min(recipe.BATCH_NORM_DECAY, (1.0 + s) / (10.0 + s)) for s in steps]
+        # One float32 division of integers that float32 holds exactly (and the float32 max):
+        # a rounding of at most half an ulp, 6e-8 relative.
+        np.testing.assert_allclose(values, expected, rtol=1e-7)
+        self.assertAlmostEqual(values[0], 0.1, places=7)
+        self.assertLess(values[4], 0.9971)  # 2991/3000: still warming up
+        self.assertEqual(values[5], np.float32(recipe.BATCH_NORM_DECAY))  # capped
+        self.assertEqual(decay.op.name, "batch_norm_decay")
+
+    def test_the_model_gets_the_warmed_up_decay_of_the_global_step(self):
+        decays = []
+        with tf.Graph().as_default():
+            built = build(seen_decays=decays)
+            self.assertEqual(len(decays), 1)
+            with session_for(built) as session:
+                self.assertAlmostEqual(session.run(decays[0]), 0.1, places=7)
+                session.run(built.global_step.assign(90))
+                self.assertAlmostEqual(session.run(decays[0]), 91.0 / 100.0, places=6)
+
+
+class StagesTest(unittest.TestCase):
+
+    def test_each_stage_trains_and_averages_only_its_variables(self):
+        with tf.Graph().as_default():
+            built = build(TWO_STAGES)
+            self.assertEqual([ops.stage.name for ops in built.stages], ["conv", "head"])
+            self.assertEqual([sorted(ops.variables) for ops in built.stages], [CONV, HEAD])
+            with session_for(built) as session:
+                for index, (ops, expected) in enumerate(zip(built.stages, (CONV, HEAD))):
+                    weights, averages = weights_and_averages(session, built)
+                    session.run(ops.train_op)
+                    new_weights, new_averages = weights_and_averages(session, built)
+                    self.assertEqual(changed(weights, new_weights), expected, ops.stage.name)
+                    self.assertEqual(changed(averages, new_averages), expected, ops.stage.name)
+                    self.assertEqual(session.run(built.global_step), index + 1)
+
+    def test_every_trainable_variable_has_a_moving_average(self):
+        with tf.Graph().as_default():
+            built = build(plans.plan_from_scopes(["net/logits"]), unused_variable=True)
+            trainable = tf1.trainable_variables()
+            self.assertEqual(len(trainable), 4)  # conv kernel and bias, logits, unused
+            for variable in trainable:
+                average = built.moving_average.average(variable)
+                self.assertIsNotNone(average, variable.op.name)
+                self.assertEqual(average.op.name,
+                                 f"{variable.op.name}/ExponentialMovingAverage")
+                self.assertNotIn(average, trainable)
+
+    def test_sync_averages_sets_the_averages_to_the_weights(self):
+        with tf.Graph().as_default():
+            built = build(TWO_STAGES)
+            kernel = [v for v in tf1.trainable_variables() if v.op.name == CONV[1]][0]
+            sync_kernel = step_graph.sync_averages_op(built.moving_average, [kernel])
+            sync_none = step_graph.sync_averages_op(built.moving_average, [])
+            with session_for(built) as session:
+                session.run(built.stages[0].train_op)  # the averages lag behind the update
+                weights, averages = weights_and_averages(session, built)
+                self.assertEqual(changed(weights, averages), CONV)
+                session.run(sync_none)
+                self.assertEqual(changed(averages, weights_and_averages(session, built)[1]), [])
+                session.run(sync_kernel)
+                weights, averages = weights_and_averages(session, built)
+                np.testing.assert_array_equal(averages[CONV[1]], weights[CONV[1]])
+                self.assertEqual(changed(weights, averages), [CONV[0]])
+
+
+class SelectionTest(unittest.TestCase):
+
+    def test_a_variable_no_loss_reaches_is_named_as_skipped(self):
+        with tf.Graph().as_default():
+            built = build(unused_variable=True)
+            self.assertEqual(built.skipped_variables, ["net/unused/weights"])
+            self.assertEqual(built.stages[0].skipped, ["net/unused/weights"])
+            self.assertEqual(sorted(built.stages[0].variables), CONV + HEAD)
+        with tf.Graph().as_default():
+            self.assertEqual(build().skipped_variables, [])
+
+    def test_a_stage_whose_scopes_match_nothing_is_a_plan_error(self):
+        plan = plans.TrainingPlan((TWO_STAGES.stages[0],
+                                   plans.Stage("head", scopes=("net/head",))))
+        with tf.Graph().as_default():
+            with self.assertRaisesRegex(plans.PlanError, "^stage 'head': scope 'net/head' "
+                                                         "matches no trainable variable"):
+                build(plan)
+
+
+if __name__ == "__main__":
+    absltest.main()

@@ -1,0 +1,81 @@
+"""The folder tree shows the architecture, and the BUILD files say so truly: every target's
+deps are what its sources import (tools/build_deps.py), no two module names of the application
+can be confused, no file or function grows past what a reader takes in at once."""
+
+import ast
+import os
+import unittest
+
+from absl.testing import absltest
+
+from tools import build_deps
+
+MAX_FILE_LINES = 400
+MAX_FUNCTION_LINES = 60
+FIRST_PARTY = ("common", "data", "inception", "tests", "bench", "tools")
+
+
+def source_root():
+    """The repository this test file was checked out in (through Bazel's runfiles links), or
+    None when it cannot be found (the check then skips, saying so)."""
+    directory = os.path.dirname(os.path.realpath(__file__))
+    while directory != os.path.dirname(directory):
+        if os.path.exists(os.path.join(directory, "WORKSPACE")):
+            return directory
+        directory = os.path.dirname(directory)
+    return None
+
+
+def python_files(root, folders=FIRST_PARTY):
+    """Every .py file of the first-party folders, relative to `root`."""
+    found = []
+    for folder in folders:
+        for directory, _, names in os.walk(os.path.join(root, folder)):
+            found.extend(os.path.relpath(os.path.join(directory, name), root)
+                         for name in names if name.endswith(".py"))
+    return sorted(found)
+
+
+class LayoutTest(unittest.TestCase):
+
+    def setUp(self):
+        self.root = source_root()
+        if self.root is None:
+            self.skipTest("the source tree is not reachable from this test's runfiles")
+
+    def test_every_targets_deps_are_what_its_sources_import(self):
+        self.assertEqual(build_deps.problems(self.root), [])
+
+    def test_no_two_application_module_names_can_be_confused(self):
+        names = sorted({os.path.basename(path)[:-3] for path in
+                        python_files(self.root, ("inception",))} - {"__init__"})
+        for index, name in enumerate(names):
+            for other in names[index + 1:]:
+                with self.subTest(pair=(name, other)):
+                    self.assertFalse(other.startswith(name) or name[:5] == other[:5],
+                                     f"{name} and {other}")
+
+    def test_only_entry_points_sit_directly_in_inception(self):
+        top = sorted(name for name in os.listdir(os.path.join(self.root, "inception"))
+                     if name.endswith(".py"))
+        self.assertEqual(top, ["__init__.py", "classify.py", "eval.py", "export.py",
+                               "train.py"])
+
+    def test_files_and_functions_stay_short_and_modules_say_what_they_own(self):
+        for path in python_files(self.root):
+            with open(os.path.join(self.root, path), encoding="utf-8") as handle:
+                text = handle.read()
+            with self.subTest(path=path):
+                self.assertLessEqual(text.count("\n"), MAX_FILE_LINES)
+                tree = ast.parse(text, path)
+                if not path.endswith("__init__.py"):
+                    self.assertTrue(ast.get_docstring(tree), "no module docstring")
+                for node in ast.walk(tree):
+                    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        length = node.end_lineno - node.lineno + 1
+                        self.assertLessEqual(length, MAX_FUNCTION_LINES,
+                                             f"{node.name} has {length} lines")
+
+
+if __name__ == "__main__":
+    absltest.main()

@@ -22,6 +22,7 @@ flags.DEFINE_string("checkpoint_dir", "/tmp/inception_train",
 flags.DEFINE_string("checkpoint_path", "", "Export this checkpoint (a prefix such as "
                     "<train_dir>/model.ckpt-1000) instead of the newest one.")
 flags.DEFINE_string("export_dir", "", "Where the versions of the SavedModel go (required).")
+flags.DEFINE_alias("model", "checkpoint_dir")
 flags.DEFINE_integer("top_k", 5, "How many classes each prediction returns.")
 flags.DEFINE_integer("max_image_pixels", image_limits.MAX_IMAGE_PIXELS,
                      "The served model refuses images of more pixels (width x height, read "

@@ -86,6 +86,19 @@ flags.DEFINE_integer("max_nan_rollbacks", 3, "With --on_nan=rollback: stop after
                      "rollbacks in one run.")
 flags.DEFINE_enum("on_divergence", "warn", settings_lib.ON_DIVERGENCE, "When the smoothed loss "
                   "climbs to twice its starting value: warn (one line) or stop.")
+flags.DEFINE_integer("eval_every_n_steps", None, "Score the validation shards every this many "
+                     "steps and at the end, in this process (0: never; default: "
+                     f"{recipe.describe_default('eval_every_n_steps')}); results in "
+                     "<train_dir>/eval_validation, the best checkpoint in <train_dir>/best.")
+flags.DEFINE_integer("eval_batch_size", 100, "Examples per batch of that validation.")
+flags.DEFINE_enum("best_metric", settings_lib.BEST_METRICS[0], settings_lib.BEST_METRICS,
+                  "What makes a checkpoint the best one (loss: the lowest; the others: the "
+                  "highest).")
+flags.DEFINE_string("export_best_dir", "", "Export each new best checkpoint here as the next "
+                    "SavedModel version (as //inception:export writes them), for a server "
+                    "that watches this directory.")
+flags.DEFINE_integer("stop_after_evals_without_improvement", 0, "Early stopping: stop (saving "
+                     "first) after this many validations without a new best (0: never).")
 flags.DEFINE_integer("warmup_steps", None, "Ramp the learning rate up linearly over this many "
                      f"steps (default: {recipe.describe_default('warmup_steps')}).")
 flags.DEFINE_enum("optimizer", None, plans.OPTIMIZERS, "The optimizer (default: "
@@ -137,7 +150,7 @@ def cluster_from_flags():
         tf_config=os.environ.get("TF_CONFIG", ""))
 
 
-PATH_SETTINGS = ("train_dir", "data_dir", "pretrained_model_checkpoint_path")
+PATH_SETTINGS = ("train_dir", "data_dir", "pretrained_model_checkpoint_path", "export_best_dir")
 
 
 def settings_from_flags(cluster=None):
@@ -155,10 +168,16 @@ def settings_from_flags(cluster=None):
 
 def print_next_steps(train_dir, result):
     """Where the results are and what to run next (paths quoted for the shell, so the commands
-    can be pasted as they are)."""
+    can be pasted as they are): with validation, the tools are pointed at the best checkpoint."""
     quoted = shlex.quote(train_dir)
     cli.log(f"Checkpoints and TensorBoard events: {train_dir} (last: {result.checkpoint})")
-    cli.log(f"  watch training:  bin/tensorboard --logdir={quoted}   (then open "
+    if result.last_validation is not None:
+        from inception.run import best as best_lib  # pylint: disable=import-outside-toplevel
+        best = best_lib.best_dir(train_dir)
+        cli.log(f"Validation at step {result.last_validation.step}: "
+                f"{result.last_validation.line()}; the best checkpoint is in {best}")
+        quoted = shlex.quote(best)
+    cli.log(f"  watch training:  bin/tensorboard --logdir={shlex.quote(train_dir)}   (then open "
             "http://localhost:6006)")
     cli.log(f"  evaluate:        bin/bazel run //inception:eval -- --checkpoint_dir={quoted} "
             "--run_once")

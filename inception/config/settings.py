@@ -3,7 +3,8 @@
 `TrainSettings` has one section per part of a run: `data` (what is read), `model` (the network;
 the section stored as model_settings.json), `optimization` (plan, optimizer, learning-rate
 schedule), `devices` (towers, precision, placement), `loop` (train_dir, cadences, limits, what a
-divergence does), `init` (where a fresh run's weights come from) and `cluster`. Library code
+divergence does), `validation` (scoring the validation shards during training, the best
+checkpoint), `init` (where a fresh run's weights come from) and `cluster`. Library code
 takes the section it needs. None in a section means "the data set's default" until the run is
 resolved (driver/resolution.py fills it: `fill_defaults`).
 
@@ -30,6 +31,7 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 VARIABLE_DEVICE_CHOICES = ("auto", "cpu", "gpu")
 ON_NAN = ("stop", "rollback")
 ON_DIVERGENCE = ("warn", "stop")
+BEST_METRICS = ("precision_at_1", "recall_at_5", "loss")
 FLAG_NAMES = {"num_towers": "num_gpus", "num_labels": "num_classes"}  # the original's names
 
 
@@ -145,6 +147,20 @@ class LoopSettings:
 
 
 @dataclasses.dataclass(frozen=True)
+class ValidationSettings:
+    """Validation inside training (validation/in_training.py): the validation shards scored
+    every eval_every_n_steps steps and at the end (0: never), the best checkpoint by
+    best_metric kept in <train_dir>/best and exported to export_best_dir (empty: not
+    exported), training stopped after stop_after_evals_without_improvement evaluations
+    without a new best (0: never)."""
+    eval_every_n_steps: int = None
+    eval_batch_size: int = 100
+    best_metric: str = BEST_METRICS[0]
+    export_best_dir: str = ""
+    stop_after_evals_without_improvement: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
 class InitSettings:
     """Where a fresh run's weights come from: a pretrained checkpoint (ours or tf-slim's),
     without the logits layers (fine_tune) or the scopes in checkpoint_exclude_scopes."""
@@ -162,6 +178,7 @@ class TrainSettings:
     optimization: OptimizationSettings = OptimizationSettings()
     devices: DeviceSettings = DeviceSettings()
     loop: LoopSettings = LoopSettings()
+    validation: ValidationSettings = ValidationSettings()
     init: InitSettings = InitSettings()
     cluster: ClusterSettings = None
 
@@ -275,6 +292,9 @@ def _check_counts(settings):
                      "save_summaries_secs", "save_checkpoint_steps", "save_interval_secs",
                      "keep_checkpoint_every_n_hours", "max_nan_rollbacks"), 0)
     _at_least(settings.optimization, ("warmup_steps",), 0)
+    _at_least(settings.validation, ("eval_every_n_steps",
+                                    "stop_after_evals_without_improvement"), 0)
+    _at_least(settings.validation, ("eval_batch_size",), 1)
     if devices.num_towers and data.batch_size and data.batch_size % devices.num_towers:
         _fail("batch_size", data.batch_size,
               f"does not split evenly over --num_gpus={devices.num_towers} towers; use a "
@@ -300,6 +320,7 @@ def _check_choices(settings):
             (settings.devices, "precision", PRECISIONS),
             (settings.devices, "variable_device", VARIABLE_DEVICE_CHOICES),
             (settings.loop, "on_nan", ON_NAN), (settings.loop, "on_divergence", ON_DIVERGENCE),
+            (settings.validation, "best_metric", BEST_METRICS),
             (settings.data, "dataset", ("",) + DATASET_NAMES),
             (settings.optimization, "optimizer", (None,) + OPTIMIZERS)):
         if getattr(section, name) not in allowed:
@@ -319,6 +340,7 @@ def _check_model(section):
 
 def _check_paths(settings):
     _must_be_directory("train_dir", settings.train_dir)
+    _must_be_directory("export_best_dir", settings.validation.export_best_dir)
     _must_be_directory("data_dir", settings.data.data_dir, must_exist=True)
 
 
@@ -332,7 +354,11 @@ def _must_be_directory(name, path, must_exist=False):
 
 
 def _check_combinations(settings):
-    init = settings.init
+    init, validation = settings.init, settings.validation
+    if validation.eval_every_n_steps == 0 and (
+            validation.stop_after_evals_without_improvement or validation.export_best_dir):
+        raise SettingsError("--stop_after_evals_without_improvement and --export_best_dir "
+                            "act on validation during training; pass --eval_every_n_steps=N.")
     if (init.fine_tune or init.checkpoint_exclude_scopes) and \
             not init.pretrained_model_checkpoint_path:
         raise SettingsError("--fine_tune and --checkpoint_exclude_scopes need "

@@ -23,6 +23,7 @@ from inception.parallel import step_graph
 from inception.run import checkpoint_io
 from inception.run.directory import RunDirectory
 from inception.run.lock import exclusive_run
+from inception.validation import in_training
 
 
 def describe_run(run):
@@ -108,9 +109,12 @@ def _train_resolved(run, log, on_stuck):
     config = run.placement.session_config()
     replica = (distributed.ClusterWorker(settings.cluster, config, log, on_stuck)
                if settings.cluster is not None else None)
+    validation = None
     try:
+        validation = in_training.build(settings, run.dataset, config, log)
         return session_loop.run_training(graph_builder(run, replica), config, settings.loop,
-                                         run.make_initializer, log=log, replica=replica)
+                                         run.make_initializer, log=log, replica=replica,
+                                         validation=validation)
     except tf.errors.OpError as error:
         input_error = pipeline.explain(error)
         if input_error is not None:
@@ -118,6 +122,9 @@ def _train_resolved(run, log, on_stuck):
         if replica is None:
             raise
         raise replica.explain(error, "while training") from None
+    finally:
+        if validation is not None:
+            validation.close()
 
 
 def find_learning_rate(settings, test, plot_path, log=print):

@@ -1,6 +1,7 @@
 """Decides when periodic work is due ("log / summarize / checkpoint now?").
 
-One rule for every cadence, from step counts and/or seconds, instead of scattered `% N` checks.
+One rule for every cadence, from step counts and/or seconds, instead of scattered `% N` checks;
+`LoopCadences` holds the training loop's.
 """
 
 
@@ -33,3 +34,27 @@ class Cadence:
             self.mark(step, now)
             return True
         return False
+
+
+class LoopCadences:
+    """When to log, summarize and checkpoint, and where the current log interval began."""
+
+    def __init__(self, settings, step, now):
+        self.settings = settings
+        self.log = Cadence(settings.log_every_n_steps, start_step=step, start_time=now)
+        self.summary = Cadence(settings.save_summaries_steps, settings.save_summaries_secs,
+                               start_step=step - settings.save_summaries_steps, start_time=now)
+        self.checkpoint = Cadence(settings.save_checkpoint_steps, settings.save_interval_secs,
+                                  start_step=step, start_time=now)
+        self.interval_start, self.interval_step = now, step
+
+    def pause(self, seconds):
+        """Leaves `seconds` of other work (a validation) out of the current log interval's
+        examples/sec."""
+        self.interval_start += seconds
+
+    def restart(self, step, now):
+        """After a rollback: count again from `step`."""
+        self.checkpoint.mark(step, now)
+        self.log.mark(step, now)
+        self.interval_start, self.interval_step = now, step

@@ -13,10 +13,12 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from inception.config import tags
+from inception.loop import dashboard
 from inception.loop import guards
 from inception.loop import replica as replica_lib
 from inception.loop import resume
-from inception.loop.cadence import Cadence
+from inception.loop.cadence import LoopCadences
 from inception.loop.stop_request import StopRequest
 from inception.parallel import step_graph as step_graph_lib
 from inception.run.checkpoint_io import step_of
@@ -31,12 +33,16 @@ class TrainResult:
     """How a run ended: its last step, last checkpoint, and the signal that stopped it if any.
 
     stopped_by_peer: another task of a cluster ended the run before max_steps (distributed).
+    stopped_early: early stopping ended it (no better validation for a while).
+    last_validation: the last validation's scoring.EvalResult (None: no validation ran).
     """
     step: int
     checkpoint: str = None
     stopped_by_signal: int = None
     last_mean_loss: float = float("nan")
     stopped_by_peer: bool = False
+    stopped_early: bool = False
+    last_validation: object = None
 
 
 class _NoSummaryWriter:
@@ -58,7 +64,7 @@ def timestamped(message):
 
 
 def run_training(build_graph, session_config, settings, make_initializer=None, log=print,
-                 replica=None):
+                 replica=None, validation=None):
     """Builds the graph with `build_graph()` and trains until `settings.max_steps`.
 
     Resumes from the newest checkpoint in `settings.train_dir` that restores and holds finite
@@ -82,6 +88,8 @@ def run_training(build_graph, session_config, settings, make_initializer=None, l
       log: callable(str) for progress lines.
       replica: Replica; None trains on this machine alone. A non-chief replica neither reads
         nor writes `train_dir`: it waits for the chief to initialize the shared variables.
+      validation: validation.in_training.TrainingValidation, or None: scores the checkpoint
+        saved at each step it is due for and at the end; it may stop the run early.
 
     Returns:
       TrainResult. Raises guards.NonFiniteLossError / DivergingError, and
@@ -107,7 +115,7 @@ def run_training(build_graph, session_config, settings, make_initializer=None, l
                     "or use a new --train_dir.")
                 return TrainResult(step=step, checkpoint=checkpoint)
             loop = _Loop(session, built, dataclasses.replace(settings, max_steps=end_step),
-                         replica, log)
+                         replica, log, validation)
             return loop.run(step, checkpoint)
         finally:
             replica.finish(session)
@@ -167,9 +175,10 @@ class _Loop:
     """One run of the training loop over an open session: steps, logs, summaries, the
     divergence checks, rollbacks and checkpoints."""
 
-    def __init__(self, session, built, settings, replica, log):
+    def __init__(self, session, built, settings, replica, log, validation):
         self.session, self.saver, self.graph = session, built.saver, built.train_graph
         self.settings, self.replica, self.log = settings, replica, log
+        self.validation = validation
         self.restart, self.health = built.start, built.health
         self.run_dir = RunDirectory(settings.train_dir)
         self.writer = _NoSummaryWriter()
@@ -186,6 +195,7 @@ class _Loop:
         if self.replica.is_chief:
             self.writer = tf1.summary.FileWriter(
                 settings.train_dir, self.session.graph if checkpoint is None else None)
+            self.writer.add_summary(dashboard.layout_summary(), step)
         else:
             settings = self.settings = dataclasses.replace(
                 settings, save_summaries_steps=0, save_summaries_secs=0,
@@ -197,7 +207,7 @@ class _Loop:
 
     def _train(self, step, result):
         now = time.time()
-        cadences = _Cadences(self.settings, step, now)
+        cadences = LoopCadences(self.settings, step, now)
         saved_step, stage_index, corrupt = step, None, 0
         action = ("saving a checkpoint after this step and stopping" if self.replica.is_chief
                   else "stopping after this step")
@@ -205,15 +215,18 @@ class _Loop:
             while step < self.settings.max_steps and not stop.requested:
                 if self.graph.plan.stage_index_at(step) != stage_index:
                     stage_index = self.graph.plan.stage_index_at(step)
-                    self.log(timestamped(describe_stage(self.graph, stage_index,
-                                                        self.settings.max_steps)))
+                    self.log(timestamped(step_graph_lib.describe_stage(
+                        self.graph, stage_index, self.settings.max_steps)))
                 try:
                     step, ended = self._step(step, stage_index, cadences, result)
                     if ended:
                         break
                     corrupt = self._maybe_log(step, cadences, result, corrupt)
-                    if cadences.checkpoint.check_and_mark(step, time.time()):
+                    validate = self.validation is not None and self.validation.due(step)
+                    if cadences.checkpoint.check_and_mark(step, time.time()) or validate:
                         result.checkpoint, saved_step = self._save(step), step
+                    if validate and self._validate(result, cadences):
+                        break
                 except guards.Diverged as diverged:
                     step = saved_step = self._recover(diverged, result)
                     cadences.restart(step, time.time())
@@ -223,8 +236,20 @@ class _Loop:
                     result.checkpoint = self._save(step)
                 except guards.Diverged as diverged:
                     raise diverged.error(*self._set_aside_diverged(diverged.step)) from None
+            if self.validation is not None and not stop.requested and \
+                    self.validation.last_step != step:
+                self._validate(result, cadences)
             result.stopped_by_signal = stop.signal_number
         return result
+
+    def _validate(self, result, cadences):
+        """Validates the checkpoint just saved; returns whether early stopping ends the run."""
+        self.writer.flush()
+        started = time.time()
+        result.stopped_early = self.validation.validate(result.checkpoint)
+        result.last_validation = self.validation.last_result
+        cadences.pause(time.time() - started)
+        return result.stopped_early
 
     def _step(self, step, stage_index, cadences, result):
         """One step; returns (the step reached, whether the cluster ended training)."""
@@ -251,7 +276,7 @@ class _Loop:
         if want_summary:
             cadences.summary.mark(step, time.time())
             self.writer.add_summary(out["summary"], step)
-            self._scalar("smoothed_loss", self.watch.smoothed, step)
+            self._scalar(tags.SMOOTHED_LOSS, self.watch.smoothed, step)
         return step, False
 
     def _watch_loss(self, step, result):
@@ -280,7 +305,7 @@ class _Loop:
         self.log(timestamped(f"step {step}, loss = {result.last_mean_loss:.4f} "
                              f"({examples_per_sec:.1f} examples/sec; "
                              f"{elapsed / steps_done:.3f} sec/batch)"))
-        self._scalar("examples_per_sec", examples_per_sec, step)
+        self._scalar(tags.EXAMPLES_PER_SEC, examples_per_sec, step)
         cadences.interval_start, cadences.interval_step = now, step
         return _report_corrupt_records(self.session, self.graph, corrupt, self.log)
 
@@ -339,7 +364,7 @@ class _Loop:
             f"{diverged}; rolled back to {target} (step {step}), skipping the "
             f"{diverged.step - step} batch(es) since (rollback {self.rollbacks} of at most "
             f"{settings.max_nan_rollbacks}){aside}."))
-        self._scalar("nan_rollbacks", self.rollbacks, diverged.step)
+        self._scalar(tags.NAN_ROLLBACKS, self.rollbacks, diverged.step)
         self.writer.flush()
         return step
 
@@ -363,41 +388,10 @@ class _Loop:
         return healthy
 
 
-class _Cadences:
-    """When to log, summarize and checkpoint, and where the current log interval began."""
-
-    def __init__(self, settings, step, now):
-        self.settings = settings
-        self.log = Cadence(settings.log_every_n_steps, start_step=step, start_time=now)
-        self.summary = Cadence(settings.save_summaries_steps, settings.save_summaries_secs,
-                               start_step=step - settings.save_summaries_steps, start_time=now)
-        self.checkpoint = Cadence(settings.save_checkpoint_steps, settings.save_interval_secs,
-                                  start_step=step, start_time=now)
-        self.interval_start, self.interval_step = now, step
-
-    def restart(self, step, now):
-        """After a rollback: count again from `step`."""
-        self.checkpoint.mark(step, now)
-        self.log.mark(step, now)
-        self.interval_start, self.interval_step = now, step
-
-
 def _report_corrupt_records(session, graph, reported, log):
     """Logs how many damaged input records were skipped when the count grew; returns it."""
     count = int(session.run(graph.corrupt_records))
     if count > reported:
         log(f"note: {count} damaged input record(s) skipped so far (named above; "
-            "input/corrupt_records in TensorBoard; --strict_input stops instead).")
+            f"{tags.CORRUPT_RECORDS} in TensorBoard; --strict_input stops instead).")
     return count
-
-
-def describe_stage(graph, index, end_step):
-    """One log line: which stage starts, its steps and what it trains."""
-    plan, ops = graph.plan, graph.stages[index]
-    start = plan.stage_start(index)
-    end = end_step if ops.stage.steps is None else min(end_step, start + ops.stage.steps)
-    scopes = ", ".join(ops.stage.scopes) if ops.stage.scopes else "all scopes"
-    terms = ", ".join(ops.stage.loss_terms) if ops.stage.loss_terms else "all loss terms"
-    return (f"stage '{ops.stage.name}' ({index + 1} of {len(plan.stages)}): steps {start}-{end}, "
-            f"training {len(ops.variables)} variables ({scopes}; {terms}; "
-            f"{ops.stage.optimizer})")

@@ -16,6 +16,7 @@ from tf_slim.layers import utils as slim_utils
 from tf_slim.nets import inception_v3
 
 from inception.config import recipe
+from inception.config import tags
 from inception.config.settings import MIN_AUX_IMAGE_SIZE
 from inception.model import mixed_precision
 from inception.model.slim_compat import tf_slim as slim
@@ -125,7 +126,9 @@ def make_model_fn(settings, batch_norm_decay, compute_dtype=None):
             logits, aux_logits = inception_logits(
                 mixed_precision.to_compute(images, compute_dtype), settings, True,
                 batch_norm_decay)
-        return classification_losses(mixed_precision.to_float32(logits),
-                                     mixed_precision.to_float32(aux_logits), labels,
+        logits = mixed_precision.to_float32(logits)
+        tf.compat.v1.add_to_collection(tags.TRAIN_LOGITS, logits)
+        tf.compat.v1.add_to_collection(tags.TRAIN_LABELS, labels)
+        return classification_losses(logits, mixed_precision.to_float32(aux_logits), labels,
                                      settings.num_classes)
     return model_fn

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from inception.config import plans
 from inception.config import recipe
+from inception.config import tags
 from inception.parallel import gpu_prefetch
 from inception.parallel import loss_scaling
 from inception.parallel import optimizers as optimizers_lib
@@ -263,30 +264,44 @@ def scalar_summary(tag, value):
     return tf.raw_ops.ScalarSummary(tags=tag, values=tf.cast(value, tf.float32))
 
 
+def _training_precision():
+    """[the precision@1 summary of the training batches] when the model collected its logits
+    and labels (tags.TRAIN_LOGITS), else []. Built with the summaries, after every random op,
+    so the training's random streams do not depend on it."""
+    logits, labels = tf1.get_collection(tags.TRAIN_LOGITS), tf1.get_collection(tags.TRAIN_LABELS)
+    if not logits:
+        return []
+    correct = [tf.reduce_mean(tf.cast(tf.math.in_top_k(tower_labels, tower_logits, 1),
+                                      tf.float32))
+               for tower_logits, tower_labels in zip(logits, labels)]
+    return [scalar_summary(tags.PRECISION_AT_1, tf.add_n(correct) / len(correct))]
+
+
 def _summaries(shared, stage, index, tower_totals, mean_loss, learning_rate, grads_and_vars):
     """TensorBoard summaries of one step of `stage`, merged into one op (run only when due)."""
     input_batch = shared.input_batch
     with tf.device(SUMMARY_DEVICE), tf.name_scope("summaries"):
-        summaries = [scalar_summary("mean_loss", mean_loss),
-                     scalar_summary("regularization_loss", shared.regularization),
-                     scalar_summary("learning_rate", learning_rate),
-                     scalar_summary("batch_norm_decay", shared.bn_decay),
-                     scalar_summary("stage", index),
-                     *([scalar_summary("loss_scale", shared.loss_scale.scale)]
+        summaries = [scalar_summary(tags.MEAN_LOSS, mean_loss),
+                     scalar_summary(tags.REGULARIZATION_LOSS, shared.regularization),
+                     scalar_summary(tags.LEARNING_RATE, learning_rate),
+                     scalar_summary(tags.BATCH_NORM_DECAY, shared.bn_decay),
+                     scalar_summary(tags.STAGE, index),
+                     *([scalar_summary(tags.LOSS_SCALE, shared.loss_scale.scale)]
                        if shared.loss_scale else []),
-                     scalar_summary("input/corrupt_records", input_batch.corrupt_records)]
+                     scalar_summary(tags.CORRUPT_RECORDS, input_batch.corrupt_records)]
         for tower, total in zip(shared.towers, tower_totals):
-            summaries.append(scalar_summary(f"tower_{tower.index}/total_loss", total))
+            summaries.append(scalar_summary(tags.tower_loss(tower.index), total))
             terms = stage.loss_terms or sorted(tower.loss_terms)
             for name in terms:
-                summaries.append(scalar_summary(f"tower_{tower.index}/{name}",
+                summaries.append(scalar_summary(tags.tower_loss(tower.index, name),
                                                 tower.loss_terms[name]))
+        summaries.extend(_training_precision())
         grads = [grad for grad, _ in grads_and_vars]
-        summaries.append(scalar_summary("gradient_norm", tf.linalg.global_norm(grads)))
+        summaries.append(scalar_summary(tags.GRADIENT_NORM, tf.linalg.global_norm(grads)))
         if input_batch.images.shape.rank == 4 and input_batch.images.shape[-1] in (1, 3):
             shown = tf.image.convert_image_dtype((input_batch.images[:3] + 1.0) / 2.0, tf.uint8,
                                                  saturate=True)
-            summaries.append(tf.raw_ops.ImageSummary(tag="input_images", tensor=shown,
+            summaries.append(tf.raw_ops.ImageSummary(tag=tags.INPUT_IMAGES, tensor=shown,
                                                      max_images=3))
         if shared.histograms:
             for grad, variable in grads_and_vars:
@@ -296,3 +311,15 @@ def _summaries(shared, stage, index, tower_totals, mean_loss, learning_rate, gra
                 summaries.append(tf.raw_ops.HistogramSummary(tag=f"variables/{name}",
                                                              values=variable))
         return tf1.summary.merge(summaries)
+
+
+def describe_stage(graph, index, end_step):
+    """One log line: which stage starts, its steps and what it trains."""
+    plan, ops = graph.plan, graph.stages[index]
+    start = plan.stage_start(index)
+    end = end_step if ops.stage.steps is None else min(end_step, start + ops.stage.steps)
+    scopes = ", ".join(ops.stage.scopes) if ops.stage.scopes else "all scopes"
+    terms = ", ".join(ops.stage.loss_terms) if ops.stage.loss_terms else "all loss terms"
+    return (f"stage '{ops.stage.name}' ({index + 1} of {len(plan.stages)}): steps {start}-{end}, "
+            f"training {len(ops.variables)} variables ({scopes}; {terms}; "
+            f"{ops.stage.optimizer})")

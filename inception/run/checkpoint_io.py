@@ -11,6 +11,8 @@ import tensorflow as tf
 
 from common import error_lines
 
+tf1 = tf.compat.v1
+
 _STEP = re.compile(r"-(\d+)$")
 
 
@@ -90,6 +92,15 @@ def restore_or_explain(saver, session, checkpoint_path, restore_map):
         raise CheckpointError(
             f"checkpoint {checkpoint_path} cannot be restored, it is damaged ({reason})"
         ) from None
+
+
+def restore_map_with_averages(variables):
+    """{checkpoint name: variable}: trainable variables from their moving averages, others as is.
+
+    The averages' names do not depend on the decay, so none is needed here."""
+    averages = tf1.train.ExponentialMovingAverage(decay=0.0)
+    trainable = set(tf1.trainable_variables())
+    return {averages.average_name(v) if v in trainable else v.op.name: v for v in variables}
 
 
 FINE_TUNE_EXCLUDED_SCOPES = ("InceptionV3/Logits", "InceptionV3/AuxLogits")

@@ -203,7 +203,7 @@ class RunDirectory:
         renamed = []
         for prefix in prefixes:
             mark = self._free_mark(prefix)
-            for path in _files_starting_with(prefix + "."):
+            for path in files_starting_with(prefix + "."):
                 if UNUSABLE_MARK not in path[len(prefix):]:
                     tf.io.gfile.rename(path, f"{prefix}{mark}{path[len(prefix):]}",
                                        overwrite=False)
@@ -212,7 +212,7 @@ class RunDirectory:
         return renamed
 
     def _free_mark(self, prefix):
-        existing = set(_files_starting_with(prefix + UNUSABLE_MARK))
+        existing = set(files_starting_with(prefix + UNUSABLE_MARK))
         mark, number = UNUSABLE_MARK, 1
         while any(path.startswith(prefix + mark + ".") for path in existing):
             number += 1
@@ -337,8 +337,9 @@ def _size(count):
     return f"{count / 1024:,.0f} KB"
 
 
-def _files_starting_with(prefix):
-    # By name, not by glob: a prefix may hold characters a glob pattern would read as ranges.
+def files_starting_with(prefix):
+    """The paths in `prefix`'s directory whose names start with its last part; by name, not by
+    glob, since a prefix may hold characters a glob pattern would read as ranges."""
     directory, start = os.path.split(prefix)
     return [os.path.join(directory, name) for name in tf.io.gfile.listdir(directory)
             if name.startswith(start)]

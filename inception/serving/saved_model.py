@@ -32,7 +32,6 @@ from inception.model import network
 from inception.run import checkpoint_io
 from inception.run.directory import RunDirectory
 from inception.run.directory import SETTINGS_FILE
-from inception.validation import scoring
 
 tf1 = tf.compat.v1
 
@@ -102,7 +101,7 @@ def build_serving_graph(settings, label_names=(), top_k=DEFAULT_TOP_K, logits_fn
         with tf1.variable_scope(tf1.get_variable_scope(), reuse=tf1.AUTO_REUSE):
             outputs_from_bytes = prediction_outputs(logits_fn(decoded, settings), texts, top_k)
             outputs_from_images = prediction_outputs(logits_fn(images, settings), texts, top_k)
-        restore_map = scoring.restore_map_with_averages(tf1.global_variables())
+        restore_map = checkpoint_io.restore_map_with_averages(tf1.global_variables())
         saver = tf1.train.Saver(restore_map)
     return ServingGraph(graph=graph, image_bytes=image_bytes, images=images,
                         outputs_from_bytes=outputs_from_bytes,

@@ -16,6 +16,7 @@ from inception.run import checkpoint_io
 from inception.run.checkpoint_io import step_of
 from inception.run.directory import RunDirectory
 from inception.run.directory import SETTINGS_FILE
+from inception.validation import reporting
 from inception.validation import scoring
 
 tf1 = tf.compat.v1
@@ -111,8 +112,9 @@ def _evaluate(evaluation, config, stop, log, logits_fn):
         eval_graph = scoring.build_eval_graph(shards, settings, evaluation.batch_size,
                                               evaluation.num_examples, evaluation.strict_input,
                                               logits_fn=logits_fn)
-        evaluate = _evaluator(eval_graph, config, expected, writer, dataset.name,
-                              evaluation.subset, log)
+        label_names = RunDirectory(evaluation.checkpoint_dir).label_names(dataset.data_dir, log)
+        evaluate = _evaluator(eval_graph, config, expected, (writer, eval_dir, label_names),
+                              f"{evaluation.subset} examples of {dataset.name}", log)
         if evaluation.run_once:
             results = [evaluate(latest)]
         else:
@@ -126,10 +128,11 @@ def _evaluate(evaluation, config, stop, log, logits_fn):
     return results
 
 
-def _evaluator(eval_graph, config, expected, writer, dataset_name, subset, log):
-    """callable(checkpoint path) -> EvalResult: scores it, writes its summaries, logs it."""
+def _evaluator(eval_graph, config, expected, outputs, examples, log):
+    """callable(checkpoint path) -> EvalResult: scores it, writes its summaries and per-class
+    results (outputs: the writer, eval_dir and label names), logs it."""
     def evaluate(path):
-        log(f"evaluating {path} on {expected} {subset} examples of {dataset_name}...")
+        log(f"evaluating {path} on {expected} {examples}...")
         try:
             result = scoring.evaluate_checkpoint(eval_graph, path, config, expected)
         except tf.errors.OpError as error:
@@ -137,10 +140,7 @@ def _evaluator(eval_graph, config, expected, writer, dataset_name, subset, log):
             if input_error is None:
                 raise
             raise input_error from None
-        scoring.write_summaries(writer, result)
-        log(f"step {result.step}: {result.line()}, loss = {result.loss:.4f}"
-            + (f", {result.corrupt_records} damaged images skipped"
-               if result.corrupt_records else ""))
+        reporting.publish(result, *outputs, log)
         return result
     return evaluate
 

@@ -12,9 +12,11 @@ import numpy as np
 import tensorflow as tf
 
 from common.progress import ProgressBar
+from inception.config import tags
 from inception.inputs import pipeline
 from inception.model import network
 from inception.run import checkpoint_io
+from inception.validation import per_class
 from inception.run.checkpoint_io import step_of
 
 tf1 = tf.compat.v1
@@ -22,13 +24,15 @@ tf1 = tf.compat.v1
 
 @dataclasses.dataclass(frozen=True)
 class EvalResult:
-    """Scores of one checkpoint over `num_examples` examples (damaged ones are not counted)."""
+    """Scores of one checkpoint over `num_examples` examples (damaged ones are not counted);
+    confusion: int64 [num_classes, num_classes] counts of (true label, top-1 prediction)."""
     step: int
     precision_at_1: float
     recall_at_5: float
     loss: float
     num_examples: int
     corrupt_records: int = 0
+    confusion: np.ndarray = dataclasses.field(default=None, compare=False, repr=False)
 
     def line(self):
         """The original's result line, with the example count."""
@@ -46,9 +50,12 @@ class EvalGraph:
     top5_correct: tf.Tensor
     loss_sum: tf.Tensor
     batch_examples: tf.Tensor
+    labels: tf.Tensor
+    predictions: tf.Tensor
     corrupt_records: tf.Tensor
     restore_map: dict
     saver: tf1.train.Saver
+    num_classes: int
 
 
 def batch_scores(logits, labels):
@@ -67,15 +74,6 @@ def batch_scores(logits, labels):
     loss = tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels,
                                                                         logits=logits))
     return top1, top5, loss
-
-
-def restore_map_with_averages(variables):
-    """{checkpoint name: variable}: trainable variables from their moving averages, others as is.
-
-    The averages' names do not depend on the decay, so none is needed here."""
-    averages = tf1.train.ExponentialMovingAverage(decay=0.0)
-    trainable = set(tf1.trainable_variables())
-    return {averages.average_name(v) if v in trainable else v.op.name: v for v in variables}
 
 
 def build_eval_graph(shards, settings, batch_size, max_examples=0, strict=False,
@@ -97,37 +95,29 @@ def build_eval_graph(shards, settings, batch_size, max_examples=0, strict=False,
         logits = logits_fn(batch.images, settings)
         top1, top5, loss_sum = batch_scores(logits, batch.labels)
         batch_examples = tf.size(batch.labels, out_type=tf.int64)
+        predictions = tf.argmax(logits, axis=-1)
         tf1.train.get_or_create_global_step()
-        restore_map = restore_map_with_averages(tf1.global_variables())
+        restore_map = checkpoint_io.restore_map_with_averages(tf1.global_variables())
         saver = tf1.train.Saver(restore_map)
         local_init = tf1.local_variables_initializer()
     graph.finalize()
     return EvalGraph(graph=graph, input_initializer=batch.initializer,
                      local_initializer=local_init, top1_correct=top1, top5_correct=top5,
-                     loss_sum=loss_sum, batch_examples=batch_examples,
-                     corrupt_records=batch.corrupt_records, restore_map=restore_map, saver=saver)
+                     loss_sum=loss_sum, batch_examples=batch_examples, labels=batch.labels,
+                     predictions=predictions,
+                     corrupt_records=batch.corrupt_records, restore_map=restore_map, saver=saver,
+                     num_classes=settings.num_classes)
 
 
 def evaluate_checkpoint(eval_graph, checkpoint_path, session_config=None, expected_examples=0,
                         show_progress=True):
     """Restores `checkpoint_path` and scores the whole subset once; returns EvalResult.
     Raises CheckpointError naming the checkpoint when it does not restore."""
-    totals = np.zeros(4, dtype=np.float64)
     with tf1.Session(graph=eval_graph.graph, config=session_config) as session:
         checkpoint_io.restore_or_explain(eval_graph.saver, session, checkpoint_path,
                                          eval_graph.restore_map)
         progress = ProgressBar(expected_examples, "images") if show_progress else None
-        session.run([eval_graph.local_initializer, eval_graph.input_initializer])
-        fetches = [eval_graph.top1_correct, eval_graph.top5_correct, eval_graph.loss_sum,
-                   eval_graph.batch_examples]
-        while True:
-            try:
-                values = session.run(fetches)
-            except tf.errors.OutOfRangeError:
-                break
-            totals += values
-            if progress:
-                progress.update(int(values[3]))
+        totals, confusion = _score_batches(session, eval_graph, progress)
         corrupt = int(session.run(eval_graph.corrupt_records))
     if progress:
         progress.close()
@@ -137,15 +127,34 @@ def evaluate_checkpoint(eval_graph, checkpoint_path, session_config=None, expect
                                             "--data_dir and --subset.")
     return EvalResult(step=step_of(checkpoint_path),
                       precision_at_1=totals[0] / count, recall_at_5=totals[1] / count,
-                      loss=totals[2] / count, num_examples=count, corrupt_records=corrupt)
+                      loss=totals[2] / count, num_examples=count, corrupt_records=corrupt,
+                      confusion=confusion)
+
+
+def _score_batches(session, eval_graph, progress):
+    """Runs the subset once; returns (sums of top-1, top-5, loss and examples, confusion)."""
+    totals = np.zeros(4, dtype=np.float64)
+    confusion = np.zeros([eval_graph.num_classes] * 2, dtype=np.int64)
+    session.run([eval_graph.local_initializer, eval_graph.input_initializer])
+    fetches = [eval_graph.top1_correct, eval_graph.top5_correct, eval_graph.loss_sum,
+               eval_graph.batch_examples, eval_graph.labels, eval_graph.predictions]
+    while True:
+        try:
+            *sums, labels, predictions = session.run(fetches)
+        except tf.errors.OutOfRangeError:
+            return totals, confusion
+        totals += sums
+        confusion += per_class.confusion_counts(labels, predictions, eval_graph.num_classes)
+        if progress:
+            progress.update(int(sums[3]))
 
 
 def write_summaries(writer, result):
     """Adds the result's scalars to `writer` at the checkpoint's global step."""
-    values = [("eval/precision_at_1", result.precision_at_1),
-              ("eval/recall_at_5", result.recall_at_5), ("eval/loss", result.loss),
-              ("eval/num_examples", result.num_examples),
-              ("eval/corrupt_records", result.corrupt_records)]
+    values = [(tags.PRECISION_AT_1, result.precision_at_1),
+              (tags.RECALL_AT_5, result.recall_at_5), (tags.EVAL_LOSS, result.loss),
+              (tags.EVAL_EXAMPLES, result.num_examples),
+              (tags.EVAL_CORRUPT_RECORDS, result.corrupt_records)]
     writer.add_summary(tf1.Summary(value=[tf1.Summary.Value(tag=tag, simple_value=value)
                                           for tag, value in values]), result.step)
     writer.flush()

@@ -177,9 +177,9 @@ class ClusterRunTest(unittest.TestCase):
                 self.assertTrue(np.all(np.isfinite(reader.get_tensor(name))), name)
 
         scalars = testing_utils.read_scalars(train_dir)
-        self.assertEqual([step for step, _ in scalars["mean_loss"]], [1, 2, 3])
-        for step, mean_loss in scalars["mean_loss"]:
-            towers = [dict(scalars[f"tower_{i}/total_loss"])[step] for i in range(2)]
+        self.assertEqual([step for step, _ in scalars["loss/mean_loss"]], [1, 2, 3])
+        for step, mean_loss in scalars["loss/mean_loss"]:
+            towers = [dict(scalars[f"loss/tower_{i}/total_loss"])[step] for i in range(2)]
             # Summaries store float32 (7 digits) of losses near 1.5: 4 places is their rounding.
             self.assertAlmostEqual(mean_loss, sum(towers) / 2, places=4)
         with open(os.path.join(train_dir, SETTINGS_FILE), encoding="utf-8") as f:
@@ -235,7 +235,8 @@ class ClusterPlanTest(unittest.TestCase):
     def test_multi_stage_plans_are_refused(self):
         options = settings_lib.train_settings(
             train_dir=testing_utils.temp_dir("cluster_plan"), data_dir=DATA_DIR,
-            dataset="demo", plan=plans.parse_stages("head:1:InceptionV3/Logits;all"),
+            dataset="demo", eval_every_n_steps=0,
+            plan=plans.parse_stages("head:1:InceptionV3/Logits;all"),
             cluster=self.settings())
         with self.assertRaisesRegex(plans.PlanError, "one-stage plans only"):
             launch.train(options, log=lambda line: None)

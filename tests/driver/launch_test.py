@@ -34,7 +34,8 @@ def setUpModule():
 
 
 def tiny_options(train_dir, **overrides):
-    values = dict(TINY, train_dir=train_dir, data_dir=DATA_DIR, dataset="demo", max_steps=3)
+    values = dict(TINY, train_dir=train_dir, data_dir=DATA_DIR,
+                  dataset="demo", eval_every_n_steps=0, max_steps=3)
     values.update(overrides)
     return settings_lib.train_settings(**values)
 
@@ -53,14 +54,15 @@ class ShortRunTest(unittest.TestCase):
                                         r"\d+\.\d+ sec/batch\)")
 
         scalars = testing_utils.read_scalars(train_dir)
-        for tag in ("mean_loss", "tower_0/total_loss", "tower_1/total_loss",
-                    "tower_0/cross_entropy", "tower_0/aux_loss", "learning_rate",
-                    "examples_per_sec", "batch_norm_decay", "input/corrupt_records"):
+        for tag in ("loss/mean_loss", "loss/tower_0/total_loss", "loss/tower_1/total_loss",
+                    "loss/tower_0/cross_entropy", "loss/tower_0/aux_loss", "train/learning_rate",
+                    "train/examples_per_sec", "train/batch_norm_decay", "metrics/precision_at_1",
+                    "train/corrupt_records"):
             self.assertIn(tag, scalars)
-        self.assertEqual([step for step, _ in scalars["mean_loss"]], [1, 2, 3])
+        self.assertEqual([step for step, _ in scalars["loss/mean_loss"]], [1, 2, 3])
         for step in (1, 2, 3):
-            towers = [dict(scalars[f"tower_{i}/total_loss"])[step] for i in range(2)]
-            self.assertAlmostEqual(dict(scalars["mean_loss"])[step], sum(towers) / 2, places=4)
+            towers = [dict(scalars[f"loss/tower_{i}/total_loss"])[step] for i in range(2)]
+            self.assertAlmostEqual(dict(scalars["loss/mean_loss"])[step], sum(towers) / 2, places=4)
 
         with open(os.path.join(train_dir, SETTINGS_FILE), encoding="utf-8") as handle:
             stored = json.load(handle)
@@ -70,7 +72,7 @@ class ShortRunTest(unittest.TestCase):
         lines = []
         resumed = launch.train(settings_lib.train_settings(
             train_dir=train_dir, max_steps=5, batch_size=4, num_towers=2,
-            save_checkpoint_steps=100), log=lines.append)
+            save_checkpoint_steps=100, eval_every_n_steps=0), log=lines.append)
         self.assertEqual(resumed.step, 5)
         self.assertTrue(any("resumed from" in line and "(step 3)" in line for line in lines))
         reader = tf.train.load_checkpoint(RunDirectory(train_dir).newest())
@@ -104,7 +106,7 @@ class DamagedRecordsTest(unittest.TestCase):
         self.assertTrue(notes, lines)
         self.assertRegex(notes[0], r"^note: [1-9]\d* damaged")  # reading runs ahead
         scalars = testing_utils.read_scalars(train_dir)
-        self.assertGreaterEqual(max(value for _, value in scalars["input/corrupt_records"]), 1)
+        self.assertGreaterEqual(max(value for _, value in scalars["train/corrupt_records"]), 1)
 
 
 class BadInputTest(unittest.TestCase):

@@ -210,9 +210,9 @@ class NanCheckTest(unittest.TestCase):
                                          r"[0-9.]+ sec/batch\)$")
         scalars = testing_utils.read_scalars(train_dir)
         step3 = {tag: dict(values).get(3) for tag, values in scalars.items()}
-        towers = [step3[f"tower_{i}/total_loss"] for i in range(NUM_TOWERS)]
-        self.assertAlmostEqual(step3["mean_loss"], float(np.mean(towers)), places=5)
-        self.assertAlmostEqual(result.last_mean_loss, step3["mean_loss"], places=5)
+        towers = [step3[f"loss/tower_{i}/total_loss"] for i in range(NUM_TOWERS)]
+        self.assertAlmostEqual(step3["loss/mean_loss"], float(np.mean(towers)), places=5)
+        self.assertAlmostEqual(result.last_mean_loss, step3["loss/mean_loss"], places=5)
         self.assertNotAlmostEqual(towers[0], towers[1], places=4)
 
 
@@ -233,7 +233,7 @@ class RollbackTest(unittest.TestCase):
         self.assertIn(f"rolled back to {os.path.join(train_dir, 'model.ckpt-5')} (step 5), "
                       "skipping the 2 batch(es) since (rollback 1 of at most 3)", rolled[0])
         scalars = testing_utils.read_scalars(train_dir)
-        self.assertEqual(scalars["nan_rollbacks"], [(7, 1.0)])
+        self.assertEqual(scalars["train/nan_rollbacks"], [(7, 1.0)])
         testing_utils.assert_finite_checkpoint(self, result.checkpoint)
         self.assertEqual(int(tf.train.load_checkpoint(result.checkpoint).get_tensor(
             "global_step")), 12)
@@ -344,6 +344,48 @@ class SignalTest(unittest.TestCase):
         self.assertEqual(result.checkpoint, os.path.join(train_dir, f"model.ckpt-{result.step}"))
         self.assertEqual(RunDirectory(train_dir).newest(), result.checkpoint)
         self.assertIs(signal.getsignal(signal.SIGTERM), signal.SIG_DFL)
+
+
+class ValidationStub:
+    """Stands in for validation.in_training.TrainingValidation: records what it was given and
+    asks to stop at `stop_at`."""
+
+    def __init__(self, every, stop_at=None):
+        self.every, self.stop_at = every, stop_at
+        self.validated, self.last_step, self.last_result = [], None, None
+
+    def due(self, step):
+        return step % self.every == 0
+
+    def validate(self, checkpoint):
+        self.last_step = int(checkpoint.rsplit("-", 1)[1])
+        self.validated.append((self.last_step, os.path.exists(checkpoint + ".index")))
+        self.last_result = self.last_step
+        return self.last_step == self.stop_at
+
+
+class ValidationCadenceTest(unittest.TestCase):
+
+    def train(self, max_steps, validation):
+        return session_loop.run_training(
+            build_graph_fn(), testing_utils.cpu_session_config(NUM_TOWERS),
+            loop_settings(testing_utils.temp_dir("validated_loop"), max_steps),
+            log=lambda line: None, validation=validation)
+
+    def test_each_due_step_and_the_end_are_validated_on_a_saved_checkpoint(self):
+        validation = ValidationStub(every=3)
+        result = self.train(7, validation)
+        # Saved every 5 steps; steps 3 and 6 are saved for validation, 7 at the end.
+        self.assertEqual(validation.validated, [(3, True), (6, True), (7, True)])
+        self.assertEqual((result.step, result.stopped_early, result.last_validation),
+                         (7, False, 7))
+
+    def test_early_stopping_ends_the_run_at_that_validation(self):
+        validation = ValidationStub(every=2, stop_at=4)
+        result = self.train(10, validation)
+        self.assertEqual(validation.validated, [(2, True), (4, True)])
+        self.assertEqual((result.step, result.stopped_early), (4, True))
+        self.assertEqual(os.path.basename(result.checkpoint), "model.ckpt-4")
 
 
 if __name__ == "__main__":

@@ -214,7 +214,8 @@ class DeviceCreationTest(unittest.TestCase):
             "data_dir = testing_utils.tiny_demo_data(train=8, validation=4)\n"
             "launch.train(settings_lib.train_settings(\n"
             "    train_dir=testing_utils.temp_dir('order'), data_dir=data_dir, dataset='demo',\n"
-            "    max_steps=1, image_size=75, depth_multiplier=0.1, batch_size=2, num_towers=2),\n"
+            "    max_steps=1, image_size=75, depth_multiplier=0.1, batch_size=2, num_towers=2,\n"
+            "    eval_every_n_steps=0),\n"
             "    log=lambda line: None)\n"
             "print('after', devices.eager_devices_created())\n")
         self.assertEqual(seen, ["configure", "False", "after", "True"])

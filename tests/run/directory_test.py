@@ -86,7 +86,7 @@ from inception.config import settings as settings_lib
 from inception.driver import launch
 try:
     launch.train(settings_lib.train_settings(train_dir={train_dir!r}, max_steps=1,
-                                           num_towers=1), log=print)
+                                           num_towers=1, eval_every_n_steps=0), log=print)
 except ValueError as error:
     print("ERROR", error)
 """

@@ -89,7 +89,8 @@ class TrainedRun:
         self.data_dir = testing_utils.tiny_demo_data(train=24, validation=VALIDATION_IMAGES)
         self.train_dir = testing_utils.temp_dir("export_train")
         launch.train(settings_lib.train_settings(
-            train_dir=self.train_dir, data_dir=self.data_dir, dataset="demo", max_steps=3,
+            train_dir=self.train_dir, data_dir=self.data_dir, dataset="demo",
+            eval_every_n_steps=0, max_steps=3,
             image_size=75, depth_multiplier=0.1, batch_size=4, num_towers=1,
             save_checkpoint_steps=1), log=lambda line: None)
         self.export_dir = os.path.join(testing_utils.temp_dir("export"), "models")

@@ -27,7 +27,8 @@ def setUpModule():
 
 
 def options(train_dir, **overrides):
-    values = dict(train_dir=train_dir, data_dir=DATA_DIR, dataset="demo", max_steps=2,
+    values = dict(train_dir=train_dir, data_dir=DATA_DIR, dataset="demo", eval_every_n_steps=0,
+                  max_steps=2,
                   image_size=107, depth_multiplier=0.1, batch_size=4, num_towers=2,
                   save_summaries_steps=0)
     values.update(overrides)

@@ -74,7 +74,8 @@ def setUpModule():
 
 def train_argv(train_dir, **extra):
     """Flags of a tiny, quick training run on the test data."""
-    flags = dict(train_dir=train_dir, data_dir=DATA_DIR, dataset="demo", image_size=75,
+    flags = dict(train_dir=train_dir, data_dir=DATA_DIR, dataset="demo", eval_every_n_steps=0,
+                 image_size=75,
                  depth_multiplier=0.1, batch_size=2, num_gpus=1, max_steps=4,
                  save_checkpoint_steps=0, save_interval_secs=0, log_every_n_steps=1)
     flags.update(extra)

@@ -104,20 +104,42 @@ class TensorBoardTest(unittest.TestCase):
             time.sleep(0.5)
 
     def test_training_and_eval_runs_side_by_side(self):
-        mean_loss = self.scalars(".", "mean_loss")
+        mean_loss = self.scalars(".", "loss/mean_loss")
         self.assertEqual([step for step, _ in mean_loss], [1, 2, 3])
-        tower = self.scalars(".", "tower_1/total_loss")
+        tower = self.scalars(".", "loss/tower_1/total_loss")
         self.assertEqual(len(tower), 3)
-        tower0 = dict(self.scalars(".", "tower_0/total_loss"))
+        tower0 = dict(self.scalars(".", "loss/tower_0/total_loss"))
         for step, value in mean_loss:
             # float32 summaries (7 digits) of losses of order 1: 4 places is their rounding.
             self.assertAlmostEqual(value, (tower0[step] + dict(tower)[step]) / 2, places=4)
-        precision = self.scalars("eval_validation", "eval/precision_at_1")
+        precision = self.scalars("eval_validation", "metrics/precision_at_1")
         self.assertEqual(precision[0][0], 3)
         self.assertAlmostEqual(precision[0][1], self.results[0].precision_at_1, places=5)
         runs = get_json(self.base + "/data/runs")
         self.assertIn(".", runs)
         self.assertIn("eval_validation", runs)
+        training_precision = self.scalars(".", "metrics/precision_at_1")
+        self.assertEqual([step for step, _ in training_precision], [1, 2, 3])
+        self.assertTrue(all(0 <= value <= 1 for _, value in training_precision))
+
+    def test_custom_scalars_layout_and_per_class_results(self):
+        self.scalars(".", "loss/mean_loss")  # waits until the run is loaded
+        layout = get_json(self.base + "/data/plugin/custom_scalars/layout")
+        charts = {chart["title"]: chart["multiline"]["tag"]
+                  for category in layout["category"] for chart in category["chart"]}
+        self.assertEqual(charts["mean_loss and each tower's total_loss"],
+                         ["^loss/mean_loss$", r"^loss/tower_\d+/total_loss$"])
+        self.assertIn("^metrics/precision_at_1$", charts[
+            "precision@1: training batches (run .) vs validation (eval_validation)"])
+        self.wait_for_tag("images", "eval_validation", "metrics/confusion_matrix")
+        self.wait_for_tag("text", "eval_validation", "metrics/per_class")
+
+    def wait_for_tag(self, plugin, run, tag):
+        deadline = time.time() + DATA_TIMEOUT
+        while tag not in get_json(f"{self.base}/data/plugin/{plugin}/tags").get(run, {}):
+            if time.time() > deadline:
+                self.fail(f"TensorBoard's {plugin} plugin has no {run}/{tag}")
+            time.sleep(0.5)
 
 
 if __name__ == "__main__":

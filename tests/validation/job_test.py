@@ -179,7 +179,8 @@ class EvaluationJobTest(unittest.TestCase):
     def setUpClass(cls):
         cls.train_dir = testing_utils.temp_dir("eval_job")
         launch.train(settings_lib.train_settings(
-            train_dir=cls.train_dir, data_dir=DATA_DIR, dataset="demo", max_steps=2,
+            train_dir=cls.train_dir, data_dir=DATA_DIR, dataset="demo", eval_every_n_steps=0,
+            max_steps=2,
             image_size=107, depth_multiplier=0.1, batch_size=4, num_towers=2),
             log=lambda line: None)
 
@@ -194,8 +195,8 @@ class EvaluationJobTest(unittest.TestCase):
         self.assertTrue(any("precision @ 1 = " in line and "[7 examples]" in line
                             for line in lines))
         scalars = testing_utils.read_scalars(os.path.join(self.train_dir, "eval_validation"))
-        self.assertEqual([step for step, _ in scalars["eval/precision_at_1"]], [2])
-        self.assertAlmostEqual(scalars["eval/precision_at_1"][0][1], results[0].precision_at_1,
+        self.assertEqual([step for step, _ in scalars["metrics/precision_at_1"]], [2])
+        self.assertAlmostEqual(scalars["metrics/precision_at_1"][0][1], results[0].precision_at_1,
                                places=5)
 
     def test_settings_that_do_not_match_the_checkpoint(self):

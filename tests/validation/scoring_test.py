@@ -11,6 +11,7 @@ from absl.testing import absltest
 from inception.config import recipe
 from inception.inputs import datasets
 from inception.inputs import pipeline
+from inception.run import checkpoint_io
 from inception.validation import scoring
 from tests import testing_utils
 
@@ -123,10 +124,10 @@ class RestoreMapTest(unittest.TestCase):
         with tf.Graph().as_default():
             weight, statistic = self.model_variables()
             step = tf1.train.get_or_create_global_step()
-            self.assertEqual(scoring.restore_map_with_averages(tf1.global_variables()),
+            self.assertEqual(checkpoint_io.restore_map_with_averages(tf1.global_variables()),
                              {"model/w/ExponentialMovingAverage": weight,
                               "model/moving_mean": statistic, "global_step": step})
-            self.assertEqual(scoring.restore_map_with_averages([statistic]),
+            self.assertEqual(checkpoint_io.restore_map_with_averages([statistic]),
                              {"model/moving_mean": statistic})
 
     def test_the_averages_training_writes_are_the_weights_evaluation_gets(self):
@@ -142,7 +143,7 @@ class RestoreMapTest(unittest.TestCase):
                 path = tf1.train.Saver().save(session, os.path.join(directory, "model.ckpt"))
         with tf.Graph().as_default():
             weight, statistic = self.model_variables()
-            saver = tf1.train.Saver(scoring.restore_map_with_averages(tf1.global_variables()))
+            saver = tf1.train.Saver(checkpoint_io.restore_map_with_averages(tf1.global_variables()))
             with tf1.Session() as session:
                 saver.restore(session, path)
                 np.testing.assert_array_equal(session.run(weight), [5.0, 6.0])

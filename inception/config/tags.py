@@ -1,0 +1,37 @@
+"""TensorBoard's tag names, in one place. Their first parts are the groups of the Scalars page,
+which sorts them by name: `loss/` (the mean over towers and each tower's losses) comes first,
+then `metrics/` (precision@1 of the training batches in the training run, the evaluations'
+scores in `eval_<subset>`: one chart shows both runs), then `train/` (rates, speed, counters).
+"""
+
+MEAN_LOSS = "loss/mean_loss"
+SMOOTHED_LOSS = "loss/smoothed_loss"
+REGULARIZATION_LOSS = "loss/regularization_loss"
+TOWER_LOSS_PATTERN = r"loss/tower_\d+/total_loss"
+
+PRECISION_AT_1 = "metrics/precision_at_1"
+RECALL_AT_5 = "metrics/recall_at_5"
+EVAL_LOSS = "metrics/loss"
+EVAL_EXAMPLES = "metrics/num_examples"
+EVAL_CORRUPT_RECORDS = "metrics/corrupt_records"
+METRICS_GROUP = "metrics"  # also the confusion-matrix image and the per-class text
+
+LEARNING_RATE = "train/learning_rate"
+BATCH_NORM_DECAY = "train/batch_norm_decay"
+STAGE = "train/stage"
+LOSS_SCALE = "train/loss_scale"
+GRADIENT_NORM = "train/gradient_norm"
+EXAMPLES_PER_SEC = "train/examples_per_sec"
+NAN_ROLLBACKS = "train/nan_rollbacks"
+CORRUPT_RECORDS = "train/corrupt_records"
+INPUT_IMAGES = "input_images"
+
+# Graph collections of the training towers' logits and labels (model/network.py adds them,
+# parallel/step_graph.py turns them into PRECISION_AT_1 of the training batches).
+TRAIN_LOGITS = "train_logits"
+TRAIN_LABELS = "train_labels"
+
+
+def tower_loss(index, term="total_loss"):
+    """The tag of tower `index`'s loss `term` (total_loss, cross_entropy, aux_loss)."""
+    return f"loss/tower_{index}/{term}"

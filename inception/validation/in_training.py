@@ -1,0 +1,132 @@
+"""Validation inside training: the eval job's scoring of the validation shards, run in the
+training process on each checkpoint it is due for, and what follows from each result: the
+summaries in `<train_dir>/eval_validation` (as the eval job writes them), the best checkpoint
+kept in `<train_dir>/best` (and exported), and early stopping.
+
+The evaluation graph is its own graph with its own session, built once beside the training
+graph: training's graph, random streams and input order are untouched, so the loss curve at a
+given seed is the same with and without validation.
+"""
+
+import dataclasses
+import os
+import time
+
+import tensorflow as tf
+
+from inception.run import best as best_lib
+from inception.run.directory import RunDirectory
+from inception.serving import saved_model
+from inception.validation import job
+from inception.validation import reporting
+from inception.validation import scoring
+
+tf1 = tf.compat.v1
+
+SUBSET = "validation"
+PROGRESS_FROM_EXAMPLES = 2000  # a shorter validation takes seconds: no progress bar
+
+
+class TrainingValidation:
+    """Scores checkpoints of a running training on the validation shards (see the module
+    docstring); built by `build`."""
+
+    def __init__(self, settings, eval_graph, session_config, train_dir, expected, label_names,
+                 log):
+        """settings: settings.ValidationSettings; expected: the validation examples;
+        label_names[i - 1] names label i."""
+        self.settings, self.eval_graph, self.session_config = settings, eval_graph, session_config
+        self.train_dir, self.expected, self.label_names, self.log = (train_dir, expected,
+                                                                     label_names, log)
+        self.eval_dir = job.default_eval_dir(self.train_dir, SUBSET)
+        self.writer = job.open_summary_writer(self.eval_dir)
+        self.best = best_lib.BestCheckpoint(self.train_dir)
+        self.record = self._read_record()
+        self.last_step = self.last_result = None
+
+    def due(self, step):
+        """Whether `step` is one the settings validate at (the end is asked for separately)."""
+        return step % self.settings.eval_every_n_steps == 0
+
+    def validate(self, checkpoint_path):
+        """Scores `checkpoint_path`, publishes the result and keeps a new best; returns whether
+        early stopping says training should end here."""
+        started = time.time()
+        result = scoring.evaluate_checkpoint(
+            self.eval_graph, checkpoint_path, self.session_config, self.expected,
+            show_progress=self.expected >= PROGRESS_FROM_EXAMPLES)
+        elapsed = time.time() - started
+        self.last_step, self.last_result = result.step, result
+        reporting.publish(result, self.writer, self.eval_dir, self.label_names, self.log,
+                          heading=f"validation at step {result.step} ({elapsed:.1f} s)")
+        self._keep_if_best(checkpoint_path, result)
+        return self._should_stop()
+
+    def close(self):
+        """Closes the summary writer; says where the results are."""
+        self.writer.close()
+        self.log(f"validation: {self.eval_dir}; best checkpoint: {self.best.directory.path}"
+                 + (f" (step {self.record.step}, {self.record.metric} = {self.record.value:.4f})"
+                    if self.record else ""))
+
+    def _read_record(self):
+        record = self.best.read()
+        if record is not None and record.metric != self.settings.best_metric:
+            self.log(f"note: {self.best.directory.path} holds the best checkpoint by "
+                     f"{record.metric}; choosing by {self.settings.best_metric} now, the next "
+                     "validation replaces it.")
+            return None
+        return record
+
+    def _keep_if_best(self, checkpoint_path, result):
+        metric = self.settings.best_metric
+        value = getattr(result, metric)
+        if self.record is not None and not self.record.beaten_by(value):
+            self.record = dataclasses.replace(
+                self.record, evals_without_improvement=self.record.evals_without_improvement + 1)
+            self.best.write(self.record)
+            return
+        self.record, copy = self.best.keep(checkpoint_path, metric, value)
+        self.log(f"  new best {metric} = {value:.4f}: kept as {copy}")
+        if self.settings.export_best_dir:
+            self._export(copy)
+
+    def _export(self, copy):
+        try:
+            version = saved_model.export_saved_model(
+                copy, self.best.directory.read_settings(), self.label_names,
+                self.settings.export_best_dir)
+        except saved_model.ExportError as error:
+            self.log(f"warning: the new best checkpoint was not exported: {error}")
+            return
+        self.log(f"  exported as {version}")
+
+    def _should_stop(self):
+        patience = self.settings.stop_after_evals_without_improvement
+        if not patience or self.record.evals_without_improvement < patience:
+            return False
+        self.log(f"early stopping: {patience} validation(s) without a better "
+                 f"{self.record.metric} than {self.record.value:.4f} (step {self.record.step}, "
+                 f"kept in {self.best.directory.path}).")
+        return True
+
+
+def build(settings, dataset, session_config, log=print, logits_fn=None):
+    """The TrainingValidation of a run (settings.TrainSettings, resolved; inputs.datasets
+    Dataset), or None when it validates never or is not the chief. Checks the validation
+    shards and --export_best_dir before training starts."""
+    validation = settings.validation
+    if not validation.eval_every_n_steps or not settings.is_chief:
+        return None
+    shards = dataset.shards(SUBSET)
+    expected = dataset.num_examples(SUBSET, log)
+    if validation.export_best_dir:
+        saved_model.check_export_dir(validation.export_best_dir)
+    eval_graph = scoring.build_eval_graph(shards, settings.model, validation.eval_batch_size,
+                                          strict=settings.data.strict_input, logits_fn=logits_fn)
+    label_names = RunDirectory(settings.train_dir).label_names(dataset.data_dir, log)
+    log(f"validating on {expected} {SUBSET} examples every "
+        f"{validation.eval_every_n_steps} steps and at the end (best by "
+        f"{validation.best_metric}: {os.path.join(settings.train_dir, best_lib.BEST_DIR)})")
+    return TrainingValidation(validation, eval_graph, session_config, settings.train_dir,
+                              expected, label_names, log)

@@ -1,0 +1,190 @@
+"""Validation inside training: the eval job's numbers, training untouched, the best checkpoint
+kept and exported, early stopping."""
+
+import json
+import os
+import re
+import unittest
+from unittest import mock
+
+import numpy as np
+import tensorflow as tf
+from absl.testing import absltest
+
+from inception.config import settings as settings_lib
+from inception.driver import launch
+from inception.run import best as best_lib
+from inception.run.directory import RunDirectory
+from inception.run.directory import SETTINGS_FILE
+from inception.validation import in_training
+from inception.validation import job
+from inception.validation import scoring
+from tests import testing_utils
+
+TINY = dict(image_size=107, depth_multiplier=0.1, batch_size=4, num_towers=2, seed=3,
+            log_every_n_steps=1, save_summaries_steps=1, save_checkpoint_steps=100,
+            dataset="demo", eval_batch_size=4)
+DATA_DIR = None
+
+
+def setUpModule():
+    global DATA_DIR  # pylint: disable=global-statement
+    DATA_DIR = testing_utils.tiny_demo_data(train=24, validation=10)
+
+
+def train(name, **overrides):
+    """A tiny demo run in a new directory; returns (TrainResult, log lines, train_dir)."""
+    train_dir = testing_utils.temp_dir(name)
+    values = dict(TINY, train_dir=train_dir, data_dir=DATA_DIR, max_steps=4)
+    values.update(overrides)
+    lines = []
+    result = launch.train(settings_lib.train_settings(**values), log=lines.append)
+    return result, lines, train_dir
+
+
+class ValidationInTrainingTest(unittest.TestCase):
+
+    def test_same_scores_as_the_eval_job_and_the_same_training(self):
+        result, lines, train_dir = train("validated", eval_every_n_steps=2)
+        steps = [int(m.group(1)) for m in map(re.compile(r"validation at step (\d+) ").match,
+                                              lines) if m]
+        self.assertEqual(steps, [2, 4])
+        validated = result.last_validation
+        self.assertEqual(validated.step, 4)
+        self.assertEqual(validated.num_examples, 10)
+
+        evaluated, = job.run_evaluation(settings_lib.EvalSettings(
+            checkpoint_dir=train_dir, run_once=True, batch_size=4,
+            eval_dir=testing_utils.temp_dir("eval_job")), log=lambda line: None)
+        self.assertEqual(evaluated.step, 4)
+        # The same graph on the same examples and weights: counts agree exactly; the loss sum
+        # only up to float32 rounding of differently threaded sessions (a few ulps).
+        self.assertEqual(evaluated.precision_at_1, validated.precision_at_1)
+        self.assertEqual(evaluated.recall_at_5, validated.recall_at_5)
+        np.testing.assert_array_equal(evaluated.confusion, validated.confusion)
+        self.assertAlmostEqual(evaluated.loss, validated.loss, delta=1e-5 * validated.loss)
+
+        scalars = testing_utils.read_scalars(os.path.join(train_dir, "eval_validation"))
+        self.assertEqual([step for step, _ in scalars["metrics/precision_at_1"]], [2, 4])
+        for step in (2, 4):
+            self.assertTrue(os.path.exists(os.path.join(train_dir, "eval_validation",
+                                                        f"per_class-{step}.csv")))
+
+        _, _, plain_dir = train("not_validated", eval_every_n_steps=0)
+        self.assertFalse(os.path.exists(os.path.join(plain_dir, "eval_validation")))
+        with_validation = testing_utils.read_scalars(train_dir)["loss/mean_loss"]
+        without = testing_utils.read_scalars(plain_dir)["loss/mean_loss"]
+        self.assertEqual(with_validation, without)
+
+    def test_the_best_checkpoint_survives_keep_checkpoints_and_is_exported_once_per_best(self):
+        export_dir = testing_utils.temp_dir("best_exports")
+        result, lines, train_dir = train("kept", max_steps=6, eval_every_n_steps=2,
+                                         keep_checkpoints=1, best_metric="loss",
+                                         export_best_dir=export_dir)
+        losses = {int(m.group(1)): float(m.group(2)) for m in map(re.compile(
+            r"validation at step (\d+) .*loss = (\d+\.\d+)").match, lines) if m}
+        self.assertEqual(sorted(losses), [2, 4, 6])
+        new_bests = [int(m.group(1)) for m in map(re.compile(
+            r"  new best loss = \d+\.\d+: kept as .*model\.ckpt-(\d+)$").match, lines) if m]
+        record = best_lib.BestCheckpoint(train_dir).read()
+        self.assertEqual(record.step, min(losses, key=losses.get))
+        self.assertEqual(new_bests[-1], record.step)
+        self.assertEqual(sorted(os.listdir(export_dir)), sorted(str(s) for s in new_bests))
+
+        self.assertEqual([os.path.basename(p) for p in RunDirectory(train_dir).candidates()],
+                         ["model.ckpt-6"])
+        best = RunDirectory(best_lib.best_dir(train_dir))
+        self.assertEqual(best.require_checkpoint(), best.prefix(record.step))
+        self.assertEqual(best.read_settings(), RunDirectory(train_dir).read_settings())
+        rescored, = job.run_evaluation(settings_lib.EvalSettings(
+            checkpoint_dir=best.path, run_once=True, batch_size=4,
+            eval_dir=testing_utils.temp_dir("eval_best")), log=lambda line: None)
+        self.assertAlmostEqual(rescored.loss, record.value, delta=1e-4 * record.value)
+        self.assertEqual(result.step, 6)
+
+    def test_resuming_keeps_the_record(self):
+        _, _, train_dir = train("resumed", max_steps=2, eval_every_n_steps=2)
+        first = best_lib.BestCheckpoint(train_dir).read()
+        self.assertEqual(first.step, 2)
+        lines = []
+        launch.train(settings_lib.train_settings(
+            **dict(TINY, train_dir=train_dir, data_dir=DATA_DIR, max_steps=4,
+                   eval_every_n_steps=2)), log=lines.append)
+        record = best_lib.BestCheckpoint(train_dir).read()
+        if record.step == 2:  # step 4 was no better: counted against the old record
+            self.assertEqual(record.evals_without_improvement, 1)
+            self.assertEqual(record.value, first.value)
+        else:
+            self.assertEqual(record.step, 4)
+            self.assertGreater(record.value, first.value)
+
+
+def fake_result(step, precision):
+    return scoring.EvalResult(step=step, precision_at_1=precision, recall_at_5=1.0, loss=1.0,
+                              num_examples=10, confusion=np.eye(3, dtype=np.int64) * 3)
+
+
+class BestAndEarlyStoppingTest(unittest.TestCase):
+    """The record and the stopping rule, on real checkpoint files and given scores."""
+
+    def setUp(self):
+        self.train_dir = testing_utils.temp_dir("best_rule")
+        with open(os.path.join(self.train_dir, SETTINGS_FILE), "w", encoding="utf-8") as handle:
+            json.dump({"dataset": "demo", "data_dir": "", "image_size": 75,
+                       "depth_multiplier": 0.1, "num_classes": 3}, handle)
+        self.lines = []
+
+    def validation(self, patience):
+        settings = settings_lib.ValidationSettings(eval_every_n_steps=2,
+                                                   stop_after_evals_without_improvement=patience)
+        return in_training.TrainingValidation(settings, None, None, self.train_dir, 10,
+                                              ("a", "b"), self.lines.append)
+
+    def checkpoint(self, step):
+        values = {"w": np.full(3, step, np.float32), "b": np.zeros(3, np.float32)}
+        return testing_utils.write_tiny_checkpoint(self.train_dir, values, values, step)
+
+    def run_scores(self, validation, scores):
+        stops = []
+        for index, precision in enumerate(scores):
+            step = 2 * (index + 1)
+            with mock.patch.object(scoring, "evaluate_checkpoint",
+                                   return_value=fake_result(step, precision)):
+                stops.append(validation.validate(self.checkpoint(step)))
+        return stops
+
+    def test_stops_after_patience_evaluations_without_a_strictly_better_one(self):
+        stops = self.run_scores(self.validation(2), [0.5, 0.6, 0.6, 0.55])
+        self.assertEqual(stops, [False, False, False, True])
+        record = best_lib.BestCheckpoint(self.train_dir).read()
+        self.assertEqual((record.step, record.value, record.evals_without_improvement),
+                         (4, 0.6, 2))
+        best = RunDirectory(best_lib.best_dir(self.train_dir))
+        self.assertEqual(best.listed(), [best.prefix(4)])
+        self.assertEqual(sorted(os.listdir(best.path)),
+                         ["best.json", "checkpoint", "model.ckpt-4.data-00000-of-00001",
+                          "model.ckpt-4.index", SETTINGS_FILE])
+        reader = tf.train.load_checkpoint(best.prefix(4))
+        np.testing.assert_array_equal(reader.get_tensor("tiny/w"), np.full(3, 4, np.float32))
+        self.assertTrue(any(line.startswith("early stopping: 2 validation(s) without a better "
+                                            "precision_at_1 than 0.6000 (step 4")
+                            for line in self.lines))
+
+    def test_a_new_best_resets_the_count_and_off_never_stops(self):
+        self.assertEqual(self.run_scores(self.validation(2), [0.5, 0.4, 0.7, 0.6]),
+                         [False, False, False, False])
+        self.assertEqual(best_lib.BestCheckpoint(self.train_dir).read().step, 6)
+        self.assertEqual(self.run_scores(self.validation(0), [0.1] * 3), [False] * 3)
+
+    def test_another_metric_starts_a_new_record(self):
+        self.run_scores(self.validation(0), [0.9])
+        lines_before = len(self.lines)
+        settings = settings_lib.ValidationSettings(eval_every_n_steps=2, best_metric="loss")
+        validation = in_training.TrainingValidation(settings, None, None, self.train_dir, 10,
+                                                    (), self.lines.append)
+        self.assertIsNone(validation.record)
+        self.assertIn("holds the best checkpoint by precision_at_1", self.lines[lines_before])
+
+
+if __name__ == "__main__":
+    absltest.main()

@@ -6,6 +6,7 @@ and owns everything with side effects: files in `train_dir` and the log.
 
 import dataclasses
 import datetime
+import gc
 import math
 import os
 import time
@@ -43,19 +44,6 @@ class TrainResult:
     stopped_by_peer: bool = False
     stopped_early: bool = False
     last_validation: object = None
-
-
-class _NoSummaryWriter:
-    """Stands in for the FileWriter on replicas that write no files."""
-
-    def add_summary(self, summary, step):
-        del summary, step
-
-    def flush(self):
-        pass
-
-    def close(self):
-        pass
 
 
 def timestamped(message):
@@ -103,6 +91,19 @@ def run_training(build_graph, session_config, settings, make_initializer=None, l
         run_dir.remove_interrupted_saves(log)
         checkpoint = run_dir.newest_usable(log, set_aside=True)
     built = _build_run(build_graph, settings, replica, checkpoint, make_initializer, log)
+    # The graphs' Python objects live as long as the run: frozen, the garbage collector stops
+    # rescanning them whenever work between steps (a validation) makes many short-lived objects
+    # (measured on the demo: 0.383 -> 0.365 s a step after validations, as without them).
+    gc.collect()
+    gc.freeze()
+    try:
+        return _train_built(built, session_config, settings, checkpoint, replica, log,
+                            validation)
+    finally:
+        gc.unfreeze()
+
+
+def _train_built(built, session_config, settings, checkpoint, replica, log, validation):
     for name in built.train_graph.skipped_variables:
         log(f"note: no loss reaches variable {name}; it is left out of the update.")
     end_step = min(settings.max_steps, built.train_graph.plan.total_steps or settings.max_steps)
@@ -181,7 +182,7 @@ class _Loop:
         self.validation = validation
         self.restart, self.health = built.start, built.health
         self.run_dir = RunDirectory(settings.train_dir)
-        self.writer = _NoSummaryWriter()
+        self.writer = replica_lib.NoSummaryWriter()
         self.watch = guards.LossWatch()
         self.rollbacks = 0
         self.resumed_from = None  # the checkpoint this run started from

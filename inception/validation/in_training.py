@@ -14,6 +14,7 @@ import time
 
 import tensorflow as tf
 
+from inception.inputs import datasets
 from inception.run import best as best_lib
 from inception.run.directory import RunDirectory
 from inception.serving import saved_model
@@ -118,8 +119,13 @@ def build(settings, dataset, session_config, log=print, logits_fn=None):
     validation = settings.validation
     if not validation.eval_every_n_steps or not settings.is_chief:
         return None
-    shards = dataset.shards(SUBSET)
-    expected = dataset.num_examples(SUBSET, log)
+    try:
+        shards = dataset.shards(SUBSET)
+        expected = dataset.num_examples(SUBSET, log)
+    except datasets.DataError as error:
+        raise datasets.DataError(f"validation during training (--eval_every_n_steps="
+                                 f"{validation.eval_every_n_steps}): {error} Or pass "
+                                 "--eval_every_n_steps=0 to train without it.") from None
     if validation.export_best_dir:
         saved_model.check_export_dir(validation.export_best_dir)
     eval_graph = scoring.build_eval_graph(shards, settings.model, validation.eval_batch_size,

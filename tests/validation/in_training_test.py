@@ -4,6 +4,7 @@ kept and exported, early stopping."""
 import json
 import os
 import re
+import shutil
 import unittest
 from unittest import mock
 
@@ -13,6 +14,7 @@ from absl.testing import absltest
 
 from inception.config import settings as settings_lib
 from inception.driver import launch
+from inception.inputs import datasets
 from inception.run import best as best_lib
 from inception.run.directory import RunDirectory
 from inception.run.directory import SETTINGS_FILE
@@ -117,6 +119,20 @@ class ValidationInTrainingTest(unittest.TestCase):
         else:
             self.assertEqual(record.step, 4)
             self.assertGreater(record.value, first.value)
+
+    def test_without_validation_shards_it_stops_before_training_saying_what_to_do(self):
+        data_dir = testing_utils.temp_dir("train_shards_only")
+        for name in os.listdir(DATA_DIR):
+            if not name.startswith("validation-"):
+                shutil.copy(os.path.join(DATA_DIR, name), data_dir)
+        train_dir = testing_utils.temp_dir("no_validation")
+        with self.assertRaisesRegex(datasets.DataError, r"--eval_every_n_steps=2\): no "
+                                    r"'validation-\*-of-\*' shards .* Or pass "
+                                    r"--eval_every_n_steps=0"):
+            launch.train(settings_lib.train_settings(**dict(
+                TINY, train_dir=train_dir, data_dir=data_dir, max_steps=2,
+                eval_every_n_steps=2)), log=lambda line: None)
+        self.assertEqual(RunDirectory(train_dir).candidates(), [])
 
 
 def fake_result(step, precision):

@@ -24,7 +24,7 @@ GRADIENT_NORM = "train/gradient_norm"
 EXAMPLES_PER_SEC = "train/examples_per_sec"
 NAN_ROLLBACKS = "train/nan_rollbacks"
 CORRUPT_RECORDS = "train/corrupt_records"
-INPUT_IMAGES = "input_images"
+INPUT_IMAGES = "train/input_images"
 
 # Graph collections of the training towers' logits and labels (model/network.py adds them,
 # parallel/step_graph.py turns them into PRECISION_AT_1 of the training batches).

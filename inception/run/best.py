@@ -78,11 +78,6 @@ class BestCheckpoint:
             raise CheckpointError(f"{path} is damaged ({error}); delete {self.directory.path} "
                                   "to choose the best checkpoint afresh.") from None
 
-    def checkpoint(self):
-        """The prefix of the kept checkpoint, or None."""
-        listed = self.directory.listed()
-        return listed[-1] if listed else None
-
     def keep(self, checkpoint_path, metric, value):
         """Copies `checkpoint_path` (a prefix in train_dir) into best/ as the new best and
         records it; returns (the new BestRecord, the prefix of the copy)."""

@@ -21,6 +21,7 @@ from common import cli
 from inception.config import cluster as cluster_lib
 from inception.config import plans
 from inception.config import recipe
+from inception.config import rules
 from inception.config import settings as settings_lib
 from inception.driver import startup
 
@@ -30,9 +31,14 @@ DEFAULT_TRAIN_DIR = "/tmp/inception_train"
 flags.DEFINE_string("train_dir", DEFAULT_TRAIN_DIR,
                     "Directory for checkpoints, event logs and model_settings.json; training "
                     "resumes from the newest checkpoint here.")
-flags.DEFINE_string("data_dir", "", "Directory of TFRecord shards (train-*-of-*); empty: the "
-                    "embedded demo data set, generated on first use.")
-flags.DEFINE_enum("dataset", "", ("",) + settings_lib.DATASET_NAMES,
+flags.DEFINE_string("data_dir", "", "Directory of TFRecord shards (train-*-of-*), or a folder of "
+                    "images: <folder>/{train,validation}/<label>/<image>, or <folder>/<label>/"
+                    "<image> with --validation_fraction (its shards are built once into a cache "
+                    "and rebuilt when its files change); empty: the embedded demo data set, "
+                    "generated on first use.")
+flags.DEFINE_float("validation_fraction", 0.0, "For a --data_dir of label folders: the fraction "
+                   "of each label's images kept for validation (e.g. 0.2).")
+flags.DEFINE_enum("dataset", "", ("",) + rules.DATASET_NAMES,
                   "Data set; empty: demo without --data_dir, else read labels.txt there.")
 flags.DEFINE_integer("num_classes", None, "Labels in the data (background excluded); only for "
                      "shards without labels.txt that are not imagenet or flowers.")
@@ -57,11 +63,11 @@ flags.DEFINE_float("learning_rate_decay_factor", recipe.LEARNING_RATE_DECAY_FACT
                    "Learning-rate decay factor.")
 flags.DEFINE_integer("seed", None, "Seed for reproducible initial weights, input order and "
                      "distortions.")
-flags.DEFINE_enum("precision", "fp32", settings_lib.PRECISIONS,
+flags.DEFINE_enum("precision", "fp32", rules.PRECISIONS,
                   "Arithmetic of the towers: fp32 (TF32 tensor cores on GPUs that have them); "
                   "bf16 (GPUs of compute capability 8.0+, or CPUs with AVX512-BF16/AMX); fp16 "
                   "(GPUs, with dynamic loss scaling). Variables, loss and averaging stay fp32.")
-flags.DEFINE_enum("variable_device", "auto", settings_lib.VARIABLE_DEVICE_CHOICES,
+flags.DEFINE_enum("variable_device", "auto", rules.VARIABLE_DEVICE_CHOICES,
                   "Where the variables, the gradient averaging and the updates live: cpu (as in "
                   "the original; the towers read them from there), gpu (the first GPU), or auto: "
                   "the GPU when there is one GPU, else the CPU. See README, Benchmarks.")
@@ -78,20 +84,20 @@ flags.DEFINE_integer("keep_checkpoints", 5, "Keep the newest this many checkpoin
                      "are deleted, over resumed runs too).")
 flags.DEFINE_float("keep_checkpoint_every_n_hours", 0, "Also keep one checkpoint every this "
                    "many hours of training (0: none kept that way).")
-flags.DEFINE_enum("on_nan", "stop", settings_lib.ON_NAN, "When a loss, an update or a variable "
+flags.DEFINE_enum("on_nan", "stop", rules.ON_NAN, "When a loss, an update or a variable "
                   "becomes NaN/Inf: stop (the newest checkpoint is the last good one), or "
                   "rollback to the newest finite checkpoint of this run and go on with the next "
                   "batches.")
 flags.DEFINE_integer("max_nan_rollbacks", 3, "With --on_nan=rollback: stop after this many "
                      "rollbacks in one run.")
-flags.DEFINE_enum("on_divergence", "warn", settings_lib.ON_DIVERGENCE, "When the smoothed loss "
+flags.DEFINE_enum("on_divergence", "warn", rules.ON_DIVERGENCE, "When the smoothed loss "
                   "climbs to twice its starting value: warn (one line) or stop.")
 flags.DEFINE_integer("eval_every_n_steps", None, "Score the validation shards every this many "
                      "steps and at the end, in this process (0: never; default: "
                      f"{recipe.describe_default('eval_every_n_steps')}); results in "
                      "<train_dir>/eval_validation, the best checkpoint in <train_dir>/best.")
 flags.DEFINE_integer("eval_batch_size", 100, "Examples per batch of that validation.")
-flags.DEFINE_enum("best_metric", settings_lib.BEST_METRICS[0], settings_lib.BEST_METRICS,
+flags.DEFINE_enum("best_metric", rules.BEST_METRICS[0], rules.BEST_METRICS,
                   "What makes a checkpoint the best one (loss: the lowest; the others: the "
                   "highest).")
 flags.DEFINE_string("export_best_dir", "", "Export each new best checkpoint here as the next "
@@ -104,6 +110,29 @@ flags.DEFINE_integer("warmup_steps", None, "Ramp the learning rate up linearly o
 flags.DEFINE_enum("optimizer", None, plans.OPTIMIZERS, "The optimizer (default: "
                   f"{recipe.describe_default('optimizer')}); a --training_plan file names its "
                   "own.")
+flags.DEFINE_enum("learning_rate_schedule", plans.SCHEDULES[0], plans.SCHEDULES,
+                  "After the warm-up: the original's staircase 'exponential' decay (by "
+                  "--learning_rate_decay_factor every --num_epochs_per_decay epochs), 'cosine' "
+                  "down to zero at --max_steps, or 'constant'. A --training_plan stage may name "
+                  "its own (over its steps).")
+flags.DEFINE_integer("accumulate_steps", 1, "Micro-batches per update: each update averages "
+                     "the gradients of this many global batches of --batch_size, so it sees "
+                     "accumulate_steps x --batch_size examples (the schedule and epochs count "
+                     "updates).")
+flags.DEFINE_enum("augment", rules.AUGMENTS[0], rules.AUGMENTS, "Augmentation after each "
+                  "training image's crop, flip and colours: 'randaugment' applies "
+                  "--randaugment_ops random operations at --randaugment_magnitude.")
+flags.DEFINE_integer("randaugment_ops", 2, "With --augment=randaugment: operations per image.")
+flags.DEFINE_integer("randaugment_magnitude", 9, "With --augment=randaugment: their strength, "
+                     f"0-{rules.MAX_RANDAUGMENT_MAGNITUDE} (10: each operation's full range).")
+flags.DEFINE_float("random_erasing", 0.0, "Probability that a training image gets one random "
+                   "rectangle of noise (0: off; 0.25 is common).")
+flags.DEFINE_float("mixup_alpha", 0.0, "Mixup: each tower's batch mixed with itself reversed at "
+                   "a ratio drawn from Beta(alpha, alpha), labels mixed alike (0: off; 0.2 is "
+                   "common).")
+flags.DEFINE_float("cutmix_alpha", 0.0, "CutMix: a box of the reversed batch pasted in, its area "
+                   "from Beta(alpha, alpha) (0: off; 1.0 is common); with --mixup_alpha, one of "
+                   "the two per batch.")
 flags.DEFINE_bool("find_learning_rate", False, "Instead of training, run the learning-rate "
                   "range test on this run's data and model: --lr_range_steps steps with the rate "
                   "rising from --lr_range_min to --lr_range_max; writes a plot to "
@@ -155,9 +184,9 @@ PATH_SETTINGS = ("train_dir", "data_dir", "pretrained_model_checkpoint_path", "e
 
 def settings_from_flags(cluster=None):
     """TrainSettings from the parsed flags: each setting from the flag of its name
-    (settings.FLAG_NAMES where the original's differs), paths relative to the caller's
+    (rules.FLAG_NAMES where the original's differs), paths relative to the caller's
     directory, and one plan from --trainable_scopes, --stages or --training_plan."""
-    values = {name: FLAGS[settings_lib.FLAG_NAMES.get(name, name)].value
+    values = {name: FLAGS[rules.FLAG_NAMES.get(name, name)].value
               for name in settings_lib.flat_names() if name != "plan"}
     values.update({name: cli.user_path(values[name]) for name in PATH_SETTINGS})
     values["checkpoint_exclude_scopes"] = tuple(values["checkpoint_exclude_scopes"])

@@ -12,8 +12,8 @@ scope (`tower_1/...`) names ops, never variables.
 Command-line form (`--stages`): stages separated by `;`, each `name[:steps[:scope,scope...]]`,
 e.g. `head:2000:InceptionV3/Logits,InceptionV3/AuxLogits;all`. File form (`--training_plan`,
 JSON): {"stages": [{"name": "head", "steps": 2000, "scopes": [...], "loss_terms": [...],
-"optimizer": "rmsprop", "learning_rate": 0.01}, {"name": "all"}]}; a stage of a file without
-"optimizer" uses rmsprop (the original's).
+"optimizer": "rmsprop", "learning_rate": 0.01}, {"name": "all", "learning_rate_schedule":
+"cosine"}]}; a stage of a file without "optimizer" uses rmsprop (the original's).
 """
 
 import dataclasses
@@ -23,6 +23,7 @@ from common import files
 from inception.config import recipe
 
 OPTIMIZERS = ("rmsprop", "momentum", "sgd", "adam")
+SCHEDULES = ("exponential", "cosine", "constant")  # parallel/schedules.py builds them
 
 
 class PlanError(ValueError):
@@ -37,7 +38,9 @@ class Stage:
     scopes: variable scopes whose trainable variables it trains (empty: all of them).
     loss_terms: names of the model's loss terms it minimises (None: all).
     optimizer: one of OPTIMIZERS, or None for the run's optimizer (--optimizer, else the data
-      set's); learning_rate: a constant rate, or None for the run's decaying schedule.
+      set's); learning_rate: a constant rate, or None for the run's schedule;
+      learning_rate_schedule: one of SCHEDULES over this stage's own steps, from its
+      learning_rate (or the run's), or None (the run's schedule, or learning_rate constant).
     """
     name: str
     steps: int = None
@@ -45,6 +48,7 @@ class Stage:
     loss_terms: tuple = None
     optimizer: str = None
     learning_rate: float = None
+    learning_rate_schedule: str = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +106,10 @@ class TrainingPlan:
                                 f"use one of {', '.join(OPTIMIZERS)}.")
             if stage.learning_rate is not None and stage.learning_rate <= 0:
                 raise PlanError(f"stage {stage.name!r}: learning_rate must be > 0.")
+            if stage.learning_rate_schedule not in (None,) + SCHEDULES:
+                raise PlanError(f"stage {stage.name!r}: unknown learning_rate_schedule "
+                                f"{stage.learning_rate_schedule!r}; use one of "
+                                f"{', '.join(SCHEDULES)}.")
         return self
 
 

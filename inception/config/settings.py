@@ -2,7 +2,8 @@
 
 `TrainSettings` has one section per part of a run: `data` (what is read), `model` (the network;
 the section stored as model_settings.json), `optimization` (plan, optimizer, learning-rate
-schedule), `devices` (towers, precision, placement), `loop` (train_dir, cadences, limits, what a
+schedule, accumulation), `augmentation` (RandAugment, random erasing, Mixup/CutMix),
+`devices` (towers, precision, placement), `loop` (train_dir, cadences, limits, what a
 divergence does), `validation` (scoring the validation shards during training, the best
 checkpoint), `init` (where a fresh run's weights come from) and `cluster`. Library code
 takes the section it needs. None in a section means "the data set's default" until the run is
@@ -14,35 +15,22 @@ machine (shards, labels, GPUs) happen when the run is resolved.
 """
 
 import dataclasses
-import os
 
-from common import files
 from inception.config import recipe
+from inception.config import rules
 from inception.config.cluster import ClusterSettings
 from inception.config.plans import DEFAULT_PLAN
-from inception.config.plans import OPTIMIZERS
-from inception.config.plans import PlanError
+from inception.config.plans import SCHEDULES
 from inception.config.plans import TrainingPlan
-
-MIN_IMAGE_SIZE = 75  # Inception v3's stride-2 layers shrink anything smaller to nothing
-MIN_AUX_IMAGE_SIZE = 107  # the auxiliary head's 5x5 pooling needs Mixed_6e at 5x5 or larger
-DATASET_NAMES = ("demo", "imagenet", "flowers", "custom")
-PRECISIONS = ("fp32", "bf16", "fp16")
-VARIABLE_DEVICE_CHOICES = ("auto", "cpu", "gpu")
-ON_NAN = ("stop", "rollback")
-ON_DIVERGENCE = ("warn", "stop")
-BEST_METRICS = ("precision_at_1", "recall_at_5", "loss")
-FLAG_NAMES = {"num_towers": "num_gpus", "num_labels": "num_classes"}  # the original's names
-
-
-class SettingsError(ValueError):
-    """A setting has a value no run can use; the message names its flag and says what to use."""
+from inception.config.rules import SettingsError
 
 
 @dataclasses.dataclass(frozen=True)
 class DataSettings:
     """What a run reads. num_labels: labels in the data (background excluded), only for shards
-    without labels.txt; seed: input order and distortions (and initial weights)."""
+    without labels.txt; seed: input order and distortions (and initial weights);
+    validation_fraction: of each label's images, for a folder of label folders (data/
+    folder_cache.py)."""
     data_dir: str = ""
     dataset: str = ""
     num_labels: int = None
@@ -50,6 +38,7 @@ class DataSettings:
     batch_size: int = None
     seed: int = None
     strict_input: bool = False
+    validation_fraction: float = 0.0
 
 
 def _resolved(default=None):
@@ -72,7 +61,7 @@ class ModelSettings:
 
     def validate(self):
         """Raises SettingsError with a fix when resolved settings cannot build a network."""
-        _check_model(self)
+        rules.check_model(self)
         if self.num_classes < 2:
             raise SettingsError(f"num_classes={self.num_classes} must be at least 2.")
 
@@ -82,9 +71,11 @@ class OptimizationSettings:
     """How variables are updated: the plan, its optimizer and the learning-rate schedule.
 
     plan: plans.TrainingPlan (None: every variable in one stage); optimizer: for the stages
-    that name none. The rate is initial_learning_rate * decay_factor ** floor(step /
-    decay_steps), with decay_steps = steps_per_epoch * num_epochs_per_decay, times
+    that name none. learning_rate_schedule: one of SCHEDULES (parallel/schedules.py); the
+    exponential one is initial_learning_rate * decay_factor ** floor(step / decay_steps), with
+    decay_steps = steps_per_epoch * num_epochs_per_decay; each is multiplied by
     min(1, (step + 1) / warmup_steps) while warming up (warmup_steps 0: none).
+    accumulate_steps: micro-batches of the global batch whose gradients make one update.
     """
     plan: TrainingPlan = None
     optimizer: str = None
@@ -92,6 +83,8 @@ class OptimizationSettings:
     num_epochs_per_decay: float = None
     learning_rate_decay_factor: float = recipe.LEARNING_RATE_DECAY_FACTOR
     warmup_steps: int = None
+    learning_rate_schedule: str = SCHEDULES[0]
+    accumulate_steps: int = 1
 
     def decay_steps(self, steps_per_epoch):
         """Steps between learning-rate decays (at least 1)."""
@@ -104,6 +97,21 @@ class OptimizationSettings:
             raise SettingsError("the optimization settings are not resolved; fill them with "
                                 "settings.with_defaults(section, data set defaults) first.")
         return (self.plan or DEFAULT_PLAN).with_optimizer(self.optimizer)
+
+
+@dataclasses.dataclass(frozen=True)
+class AugmentationSettings:
+    """Augmentation beyond the recipe's crop, flip and colours (inputs/augment.py), all seeded
+    by --seed. augment 'randaugment': randaugment_ops random ops at randaugment_magnitude (0 to
+    MAX_RANDAUGMENT_MAGNITUDE) on each training image after its crop; random_erasing: the
+    probability of a rectangle of noise per image; mixup_alpha, cutmix_alpha: Beta(alpha,
+    alpha) mixing of each tower's batch with soft labels (0: off; both: one per batch)."""
+    augment: str = rules.AUGMENTS[0]
+    randaugment_ops: int = 2
+    randaugment_magnitude: int = 9
+    random_erasing: float = 0.0
+    mixup_alpha: float = 0.0
+    cutmix_alpha: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,7 +163,7 @@ class ValidationSettings:
     without a new best (0: never)."""
     eval_every_n_steps: int = None
     eval_batch_size: int = 100
-    best_metric: str = BEST_METRICS[0]
+    best_metric: str = rules.BEST_METRICS[0]
     export_best_dir: str = ""
     stop_after_evals_without_improvement: int = 0
 
@@ -176,6 +184,7 @@ class TrainSettings:
     data: DataSettings = DataSettings()
     model: ModelSettings = ModelSettings()
     optimization: OptimizationSettings = OptimizationSettings()
+    augmentation: AugmentationSettings = AugmentationSettings()
     devices: DeviceSettings = DeviceSettings()
     loop: LoopSettings = LoopSettings()
     validation: ValidationSettings = ValidationSettings()
@@ -194,12 +203,7 @@ class TrainSettings:
 
     def validate(self):
         """Raises SettingsError for the first setting no run can use; returns self."""
-        if not self.train_dir:
-            raise SettingsError("--train_dir must not be empty.")
-        for check in (_check_counts, _check_rates, _check_choices, _check_paths,
-                      _check_combinations):
-            check(self)
-        _check_model(self.model)
+        rules.check_train(self)
         return self
 
 
@@ -263,113 +267,5 @@ class EvalSettings:
 
     def validate(self):
         """Raises SettingsError for the first setting no evaluation can use; returns self."""
-        _at_least(self, ("batch_size",), 1)
-        _at_least(self, ("num_examples", "eval_interval_secs", "timeout_secs"), 0)
-        _check_model(self)
-        _must_be_directory("eval_dir", self.eval_dir)
-        _must_be_directory("data_dir", self.data_dir, must_exist=True)
+        rules.check_eval(self)
         return self
-
-
-def _fail(name, value, what):
-    raise SettingsError(f"--{FLAG_NAMES.get(name, name)}={value} {what}.")
-
-
-def _at_least(section, names, minimum):
-    for name in names:
-        value = getattr(section, name)
-        if value is not None and value < minimum:
-            _fail(name, value, f"must be at least {minimum}")
-
-
-def _check_counts(settings):
-    data, devices, loop = settings.data, settings.devices, settings.loop
-    _at_least(data, ("batch_size", "num_labels"), 1)
-    _at_least(devices, ("num_towers",), 1)
-    _at_least(devices, ("virtual_gpu_memory_mb", "intra_op_threads", "inter_op_threads"), 0)
-    _at_least(loop, ("keep_checkpoints",), 1)
-    _at_least(loop, ("max_steps", "log_every_n_steps", "save_summaries_steps",
-                     "save_summaries_secs", "save_checkpoint_steps", "save_interval_secs",
-                     "keep_checkpoint_every_n_hours", "max_nan_rollbacks"), 0)
-    _at_least(settings.optimization, ("warmup_steps",), 0)
-    _at_least(settings.validation, ("eval_every_n_steps",
-                                    "stop_after_evals_without_improvement"), 0)
-    _at_least(settings.validation, ("eval_batch_size",), 1)
-    if devices.num_towers and data.batch_size and data.batch_size % devices.num_towers:
-        _fail("batch_size", data.batch_size,
-              f"does not split evenly over --num_gpus={devices.num_towers} towers; use a "
-              f"multiple of {devices.num_towers}")
-
-
-def _check_rates(settings):
-    optimization = settings.optimization
-    if optimization.initial_learning_rate is not None and \
-            not optimization.initial_learning_rate > 0:
-        _fail("initial_learning_rate", optimization.initial_learning_rate,
-              "must be positive (a negative rate climbs the loss); try 0.01 to 0.1")
-    if optimization.num_epochs_per_decay is not None and \
-            not optimization.num_epochs_per_decay > 0:
-        _fail("num_epochs_per_decay", optimization.num_epochs_per_decay, "must be positive")
-    if not 0 < optimization.learning_rate_decay_factor <= 1:
-        _fail("learning_rate_decay_factor", optimization.learning_rate_decay_factor,
-              "must be in (0, 1] (1 keeps the rate constant)")
-
-
-def _check_choices(settings):
-    for section, name, allowed in (
-            (settings.devices, "precision", PRECISIONS),
-            (settings.devices, "variable_device", VARIABLE_DEVICE_CHOICES),
-            (settings.loop, "on_nan", ON_NAN), (settings.loop, "on_divergence", ON_DIVERGENCE),
-            (settings.validation, "best_metric", BEST_METRICS),
-            (settings.data, "dataset", ("",) + DATASET_NAMES),
-            (settings.optimization, "optimizer", (None,) + OPTIMIZERS)):
-        if getattr(section, name) not in allowed:
-            _fail(name, getattr(section, name),
-                  f"is not one of {', '.join(value for value in allowed if value)}")
-
-
-def _check_model(section):
-    if section.image_size is not None and section.image_size < MIN_IMAGE_SIZE:
-        _fail("image_size", section.image_size,
-              f"is too small for Inception v3; use {MIN_IMAGE_SIZE} or more (299 is the "
-              "original)")
-    if section.depth_multiplier is not None and not section.depth_multiplier > 0:
-        _fail("depth_multiplier", section.depth_multiplier, "must be positive (1.0 is the full "
-              "network)")
-
-
-def _check_paths(settings):
-    _must_be_directory("train_dir", settings.train_dir)
-    _must_be_directory("export_best_dir", settings.validation.export_best_dir)
-    _must_be_directory("data_dir", settings.data.data_dir, must_exist=True)
-
-
-def _must_be_directory(name, path, must_exist=False):
-    if not path or files.is_url(path):  # a URL is checked through TensorFlow, at resolution
-        return
-    if os.path.exists(path) and not os.path.isdir(path):
-        _fail(name, path, "is a file, not a directory")
-    if must_exist and not os.path.isdir(path):
-        _fail(name, path, "does not exist")
-
-
-def _check_combinations(settings):
-    init, validation = settings.init, settings.validation
-    if validation.eval_every_n_steps == 0 and (
-            validation.stop_after_evals_without_improvement or validation.export_best_dir):
-        raise SettingsError("--stop_after_evals_without_improvement and --export_best_dir "
-                            "act on validation during training; pass --eval_every_n_steps=N.")
-    if (init.fine_tune or init.checkpoint_exclude_scopes) and \
-            not init.pretrained_model_checkpoint_path:
-        raise SettingsError("--fine_tune and --checkpoint_exclude_scopes need "
-                            "--pretrained_model_checkpoint_path.")
-    if settings.cluster is not None and settings.loop.on_nan == "rollback":
-        raise SettingsError("--on_nan=rollback is for one machine; on a cluster use "
-                            "--on_nan=stop and restart from the chief's last checkpoint.")
-    if settings.cluster is not None and settings.devices.precision == "fp16":
-        raise SettingsError("--precision=fp16 (loss scaling) is not available for distributed "
-                            "training; use fp32.")
-    plan = settings.optimization.plan
-    if settings.cluster is not None and plan is not None and len(plan.stages) > 1:
-        raise PlanError("distributed training runs one-stage plans only (--trainable_scopes "
-                        "works); run each stage as its own run, one after the other.")

@@ -30,6 +30,9 @@ INPUT_IMAGES = "train/input_images"
 # parallel/step_graph.py turns them into PRECISION_AT_1 of the training batches).
 TRAIN_LOGITS = "train_logits"
 TRAIN_LABELS = "train_labels"
+# ... and each tower's images as the network gets them (after Mixup/CutMix): INPUT_IMAGES shows
+# the first tower's.
+TRAIN_IMAGES = "train_images"
 
 
 def tower_loss(index, term="total_loss"):

@@ -7,6 +7,7 @@ settings.TrainSettings, and what tests call directly.
 
 import contextlib
 import functools
+import random
 
 import tensorflow as tf
 
@@ -31,6 +32,9 @@ def describe_run(run):
     settings = run.settings
     model_settings, batch_size = settings.model, settings.data.batch_size
     batch = f"global batch {batch_size}"
+    if settings.optimization.accumulate_steps > 1:
+        batch += (f" x {settings.optimization.accumulate_steps} micro-batches = "
+                  f"{batch_size * settings.optimization.accumulate_steps} per update")
     if settings.cluster is not None:
         batch = (f"{settings.cluster.describe()}; batch {batch_size} per worker, "
                  f"{batch_size * settings.cluster.replicas_to_aggregate} per update")
@@ -50,20 +54,25 @@ def graph_builder(run, replica, learning_rate=None):
     def build_graph():
         if data.seed is not None:
             tf.compat.v1.set_random_seed(data.seed)  # reproducible initial weights too
+        seed = resolution.input_seed(settings)
         with tf.device(replica.local_device("/cpu:0") if replica else "/cpu:0"):
             input_batch = pipeline.build_train_input(
-                run.shards, data.batch_size, settings.model.image_size,
-                settings.model.num_classes, seed=resolution.input_seed(settings),
-                strict=data.strict_input, crop=run.dataset.defaults.crop)
+                run.shards, data.batch_size * settings.optimization.accumulate_steps,
+                settings.model.image_size, settings.model.num_classes, seed=seed,
+                strict=data.strict_input, crop=run.dataset.defaults.crop,
+                augmentation=settings.augmentation)
+        mixing_seed = random.SystemRandom().randrange(2**31 - 1) if seed is None else seed
         return step_graph.build_train_graph(
             input_batch, functools.partial(network.make_model_fn, settings.model,
-                                           compute_dtype=placement.compute_dtype),
+                                           compute_dtype=placement.compute_dtype,
+                                           augmentation=settings.augmentation,
+                                           seed=mixing_seed),
             settings.optimization, placement.tower_devices, run.examples_per_epoch,
             histograms=settings.loop.histograms,
             wrap_optimizer=replica.wrap_optimizer if replica else None,
             initial_loss_scale=placement.initial_loss_scale,
             variable_device=placement.variable_device, stage_inputs=placement.stage_inputs,
-            learning_rate=learning_rate)
+            learning_rate=learning_rate, max_steps=settings.loop.max_steps)
     return build_graph
 
 

@@ -71,7 +71,8 @@ def resolve_dataset(data, stored, log):
         log(f"note: the data directory changed since the last checkpoint: {stored_dir} -> "
             f"{data.data_dir}")
     name = data.dataset or (stored.model.dataset if stored and not data.data_dir else "")
-    return datasets.resolve_dataset(name, data.data_dir or stored_dir, data.num_labels, log=log)
+    return datasets.resolve_dataset(name, data.data_dir or stored_dir, data.num_labels, log=log,
+                                    validation_fraction=data.validation_fraction)
 
 
 def resolve_model_settings(requested, filled, dataset, stored):

@@ -4,6 +4,12 @@ Known sets: `demo` (embedded, generated on first use), `imagenet` (1000 classes)
 (5 classes). Any directory with a `labels.txt` (one label per line, line i is label i) works as
 `custom`; shards without one need `num_classes`. Labels are 1-based; 0 is background, so the
 network has one logit more than there are labels.
+
+A folder of images (`<folder>/{train,validation}/<label>/<image>`, or `<folder>/<label>/<image>`
+with a validation fraction) is a data set too: its shards are built once into a cache and
+rebuilt when its files change (data/folder_cache.py). Its Dataset keeps the folder as
+`data_dir`, what a run records (so resuming with the same --data_dir notes no change, and
+evaluation, export and classify find the same cache from it), and reads `shard_dir`.
 """
 
 import dataclasses
@@ -12,9 +18,11 @@ import os
 import tensorflow as tf
 
 from data import demo_data
+from data import folder_cache
 from data import tfrecord_format
+from data.errors import BuildError
 from inception.config import recipe
-from inception.config.settings import DATASET_NAMES
+from inception.config.rules import DATASET_NAMES
 
 
 class DataError(ValueError):
@@ -39,14 +47,21 @@ KNOWN_DATASETS = {
 class Dataset:
     """A resolved data set.
 
+    data_dir: the directory the user named (and a run records): shards, or an image folder.
     num_classes: number of logits, background included (labels.txt lines + 1).
     label_names: label_names[i - 1] names label i; empty when unknown.
+    shard_dir: where the shards and labels.txt are: `data_dir`, or an image folder's cache.
     """
     name: str
     data_dir: str
     num_classes: int
     label_names: tuple = ()
     known_examples: dict = dataclasses.field(default_factory=dict)
+    shard_dir: str = ""
+
+    def __post_init__(self):
+        if not self.shard_dir:
+            object.__setattr__(self, "shard_dir", self.data_dir)
 
     @property
     def defaults(self):
@@ -55,9 +70,9 @@ class Dataset:
 
     def shards(self, subset):
         """Sorted shard paths of `subset`; raises DataError when there are none."""
-        paths = tfrecord_format.list_shards(self.data_dir, subset)
+        paths = tfrecord_format.list_shards(self.shard_dir, subset)
         if not paths:
-            raise DataError(f"no '{subset}-*-of-*' shards in {self.data_dir}; build them with "
+            raise DataError(f"no '{subset}-*-of-*' shards in {self.shard_dir}; build them with "
                             "`bin/bazel run //data:build_image_data` or pass the right --data_dir.")
         return paths
 
@@ -68,11 +83,11 @@ class Dataset:
             return self.known_examples[subset]
         shards = self.shards(subset)
         if log is not None and len(shards) > 4:
-            log(f"counting the '{subset}' records in {len(shards)} shards of {self.data_dir} "
+            log(f"counting the '{subset}' records in {len(shards)} shards of {self.shard_dir} "
                 "(pass --dataset=imagenet or flowers to skip this for those sets)...")
         count = count_records(shards)
         if count == 0:
-            raise DataError(f"the '{subset}' shards in {self.data_dir} hold no records; rebuild "
+            raise DataError(f"the '{subset}' shards in {self.shard_dir} hold no records; rebuild "
                             "them or pass another --data_dir.")
         return count
 
@@ -91,15 +106,20 @@ def count_records(paths):
     return total
 
 
-def resolve_dataset(name, data_dir, num_labels=None, log=print):
+def resolve_dataset(name, data_dir, num_labels=None, log=print, validation_fraction=0.0):
     """Finds the data set a run uses.
 
     Args:
       name: one of DATASET_NAMES, or "" to infer: the demo without `data_dir`, else `custom`.
-      data_dir: directory of the shards; "" for the demo's cache.
+      data_dir: directory of the shards, or a folder of images (its cached shards are used,
+        built first when missing or out of date); "" for the demo's cache.
       num_labels: labels in the data, background excluded (--num_classes); needed only for
         shards that come without a labels.txt and are not a known set.
-      log: progress output (the demo's first generation).
+      log: progress output (the demo's first generation, an image folder's build).
+      validation_fraction: for a folder of label folders (no train/ and validation/), the
+        fraction of each label's images held out for validation (--validation_fraction); 0.0
+        uses the fraction the folder's one cache was built with (what evaluation, export and
+        classify of a run trained on the folder rely on).
 
     Returns:
       A Dataset.
@@ -114,18 +134,39 @@ def resolve_dataset(name, data_dir, num_labels=None, log=print):
     if not tf.io.gfile.isdir(data_dir):
         raise DataError(f"--data_dir={data_dir} does not exist; pass the directory that holds "
                         "the train-*/validation-* shards.")
-    if name == "custom" and not any(tfrecord_format.list_shards(data_dir, subset)
+    shard_dir = data_dir
+    if name != "demo" and folder_cache.looks_like_image_folder(data_dir):
+        shard_dir = image_folder_shards(data_dir, validation_fraction, log)
+    if name == "custom" and not any(tfrecord_format.list_shards(shard_dir, subset)
                                     for subset in ("train", "validation")):
         raise DataError(_no_shards_message(data_dir))
-    label_names = _read_labels(data_dir)
-    known = KNOWN_DATASETS.get(name)
-    num_labels = num_labels or _label_count(name, data_dir, label_names, known)
+    label_names = _read_labels(shard_dir)
+    # A known set's sizes are those of its standard build, not of an image folder's split.
+    known = KNOWN_DATASETS.get(name) if shard_dir == data_dir else None
+    num_labels = num_labels or _label_count(name, shard_dir, label_names, known)
     if label_names and len(label_names) != num_labels:
-        raise DataError(f"--num_classes={num_labels} but {data_dir}/{tfrecord_format.LABELS_FILE}"
+        raise DataError(f"--num_classes={num_labels} but {shard_dir}/{tfrecord_format.LABELS_FILE}"
                         f" lists {len(label_names)} labels; drop --num_classes or fix the file.")
     return Dataset(name=name, data_dir=data_dir, num_classes=num_labels + 1,
                    label_names=tuple(label_names),
-                   known_examples=dict(known.examples) if known else {})
+                   known_examples=dict(known.examples) if known else {}, shard_dir=shard_dir)
+
+
+def image_folder_shards(folder, validation_fraction=0.0, log=print):
+    """The cached shard directory of the image folder `folder`, built when needed
+    (folder_cache.cached_shards); its errors become DataError."""
+    try:
+        return folder_cache.cached_shards(folder, validation_fraction, log=log)
+    except BuildError as error:
+        raise DataError(str(error)) from None
+
+
+def labels_dir(data_dir):
+    """The directory whose labels.txt names the labels of a run that trained on `data_dir`: an
+    image folder's cache (found without building or checking it), else `data_dir` itself."""
+    if folder_cache.looks_like_image_folder(data_dir):
+        return folder_cache.find_cache(data_dir) or data_dir
+    return data_dir
 
 
 def _label_count(name, data_dir, label_names, known):

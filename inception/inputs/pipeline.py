@@ -135,7 +135,7 @@ def _records(shards, shuffle_files, seed, deterministic):
 
 def build_train_input(shards, batch_size, image_size, num_classes, seed=None, strict=False,
                       shuffle_buffer=DEFAULT_SHUFFLE_BUFFER, crop=recipe.ORIGINAL_CROP,
-                      threads=0):
+                      threads=0, augmentation=None):
     """Training batches: distorted images, forever, in global batches of `batch_size`.
 
     Args:
@@ -145,6 +145,8 @@ def build_train_input(shards, batch_size, image_size, num_classes, seed=None, st
       strict: fail on a damaged image instead of skipping it.
       crop: recipe.CropSettings of the random training crop.
       threads: size of a private thread pool for the pipeline (0: tf.data's shared default).
+      augmentation: settings.AugmentationSettings for RandAugment and random erasing after
+        the distortions (preprocessing.train_image); None: the distortions alone.
 
     Returns:
       InputBatch with static shapes [batch_size, image_size, image_size, 3] and [batch_size].
@@ -161,7 +163,8 @@ def build_train_input(shards, batch_size, image_size, num_classes, seed=None, st
         image_seed = tf.stack([tf.constant(seed, tf.int64), index])
         image, ok = _decode_or_skip(
             encoded, filename,
-            lambda: preprocessing.train_image(encoded, boxes, image_size, image_seed, crop),
+            lambda: preprocessing.train_image(encoded, boxes, image_size, image_seed, crop,
+                                              augmentation),
             image_size, counter, strict)
         return image, label, filename, ok
 

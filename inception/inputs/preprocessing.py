@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from common import image_limits
 from inception.config import recipe
+from inception.inputs import augment
 
 EVAL_CENTRAL_FRACTION = 0.875
 RESIZE_METHODS = ("bilinear", "nearest", "bicubic", "area")
@@ -54,8 +55,9 @@ def scale_to_unit_range(image):
     return (image - 0.5) * 2.0
 
 
-def train_image(encoded, boxes, image_size, seed, crop=recipe.ORIGINAL_CROP):
-    """Decodes and distorts one training image.
+def train_image(encoded, boxes, image_size, seed, crop=recipe.ORIGINAL_CROP, augmentation=None):
+    """Decodes and distorts one training image (then RandAugment and random erasing, when
+    `augmentation`, a settings.AugmentationSettings, asks for them: inputs/augment.py).
 
     Args:
       encoded: scalar string, JPEG bytes.
@@ -76,7 +78,18 @@ def train_image(encoded, boxes, image_size, seed, crop=recipe.ORIGINAL_CROP):
     image = tf.image.stateless_random_flip_left_right(image, seeds[2])
     image = distort_colour(image, seeds[3:8])
     image.set_shape([image_size, image_size, 3])
-    return scale_to_unit_range(image)
+    if augmentation is None:
+        return scale_to_unit_range(image)
+    # Their own streams of the image's seed: the original distortions stay as they were.
+    if augmentation.augment == "randaugment":
+        image = augment.randaugment(image, augmentation.randaugment_ops,
+                                    augmentation.randaugment_magnitude,
+                                    tf.random.experimental.stateless_fold_in(seed, 1))
+    image = scale_to_unit_range(image)
+    if augmentation.random_erasing:
+        image = augment.random_erasing(image, augmentation.random_erasing,
+                                       tf.random.experimental.stateless_fold_in(seed, 2))
+    return image
 
 
 def crop_window(image_shape, boxes, seed, crop=recipe.ORIGINAL_CROP):

@@ -2,7 +2,8 @@
 
 The model is the original's (its constants: config/recipe.py): label smoothing on the main
 logits, the auxiliary head's loss weighted, L2 weight decay collected once as regularization
-(towers.py adds it).
+(towers.py adds it). With Mixup or CutMix each tower mixes its own batch before the network,
+and the loss takes the mixed labels.
 One change in how it is built, not in what it computes: dropout is a mask multiply (see
 dropout_as_mask_multiply).
 """
@@ -17,11 +18,13 @@ from tf_slim.nets import inception_v3
 
 from inception.config import recipe
 from inception.config import tags
-from inception.config.settings import MIN_AUX_IMAGE_SIZE
+from inception.config.rules import MIN_AUX_IMAGE_SIZE
+from inception.inputs import augment
 from inception.model import mixed_precision
 from inception.model.slim_compat import tf_slim as slim
 
 MODEL_SCOPE = "InceptionV3"
+MIX_STREAMS = 4096  # seeds per step for Mixup/CutMix: one per tower and micro-batch
 
 
 def has_aux_head(image_size):
@@ -89,39 +92,47 @@ def mask_dropout(inputs, keep_prob=0.5, noise_shape=None, is_training=True,
                                                 outputs)
 
 
-def classification_losses(logits, aux_logits, labels, num_classes):
+def classification_losses(logits, aux_logits, targets):
     """The data terms of the tower loss (regularization is added once by the towers).
 
     Args:
       logits, aux_logits: float32 [batch, num_classes]; aux_logits may be None.
-      labels: int32 [batch] in [0, num_classes).
+      targets: float32 [batch, num_classes], each row summing to 1: the one-hot labels, or the
+        mixed labels of Mixup/CutMix; label smoothing is applied here, once.
 
     Returns:
       {"cross_entropy": scalar, "aux_loss": scalar (when aux_logits exists)}; each term is a
       mean over the batch and already carries its weight.
     """
-    one_hot = tf.one_hot(labels, num_classes)
-    terms = {"cross_entropy": smoothed_cross_entropy(logits, one_hot, "cross_entropy")}
+    terms = {"cross_entropy": smoothed_cross_entropy(logits, targets, "cross_entropy")}
     if aux_logits is not None:
-        aux = smoothed_cross_entropy(aux_logits, one_hot, "aux_loss")
+        aux = smoothed_cross_entropy(aux_logits, targets, "aux_loss")
         terms["aux_loss"] = recipe.AUX_LOSS_WEIGHT * aux
     return terms
 
 
-def smoothed_cross_entropy(logits, one_hot, name):
+def smoothed_cross_entropy(logits, targets, name):
     """Mean softmax cross-entropy with label smoothing 0.1, added to no collection."""
     return tf.compat.v1.losses.softmax_cross_entropy(
-        one_hot, logits, label_smoothing=recipe.LABEL_SMOOTHING, scope=name,
+        targets, logits, label_smoothing=recipe.LABEL_SMOOTHING, scope=name,
         loss_collection=None)
 
 
-def make_model_fn(settings, batch_norm_decay, compute_dtype=None):
+def make_model_fn(settings, batch_norm_decay, compute_dtype=None, augmentation=None, seed=0):
     """Returns `model_fn(images, labels) -> {term: scalar loss}` for towers.build_towers.
 
     compute_dtype: tf.bfloat16 / tf.float16 builds the network in that dtype with float32
     variables (mixed_precision.py; GPU towers); None builds it in float32.
+    augmentation: settings.AugmentationSettings whose Mixup/CutMix mix each tower's batch
+    (inputs/augment.py), drawn from `seed`, the global step and the tower's number; None: none.
     """
+    towers_so_far = []
+
     def model_fn(images, labels):
+        images, targets = _mixed(images, labels, settings.num_classes, augmentation,
+                                 seed, len(towers_so_far))
+        towers_so_far.append(images)
+        tf.compat.v1.add_to_collection(tags.TRAIN_IMAGES, images)
         with mixed_precision.building_in(compute_dtype):
             logits, aux_logits = inception_logits(
                 mixed_precision.to_compute(images, compute_dtype), settings, True,
@@ -129,6 +140,20 @@ def make_model_fn(settings, batch_norm_decay, compute_dtype=None):
         logits = mixed_precision.to_float32(logits)
         tf.compat.v1.add_to_collection(tags.TRAIN_LOGITS, logits)
         tf.compat.v1.add_to_collection(tags.TRAIN_LABELS, labels)
-        return classification_losses(logits, mixed_precision.to_float32(aux_logits), labels,
-                                     settings.num_classes)
+        return classification_losses(logits, mixed_precision.to_float32(aux_logits), targets)
     return model_fn
+
+
+def _mixed(images, labels, num_classes, augmentation, seed, tower_number):
+    """(images, targets) of one tower: mixed by Mixup/CutMix when `augmentation` asks for it,
+    else the images and their one-hot labels."""
+    if augmentation is None or not (augmentation.mixup_alpha or augmentation.cutmix_alpha):
+        return images, tf.one_hot(labels, num_classes)
+    # The step and the tower make each batch's draw its own, and a resumed run draws the same.
+    step = tf.cast(tf.compat.v1.train.get_or_create_global_step(), tf.int64)
+    stream = tf.stack([tf.constant(seed, tf.int64), step * MIX_STREAMS + tower_number])
+    with tf.name_scope("mix_batch"):
+        mixed, targets, _ = augment.mix_batch(images, labels, num_classes,
+                                              augmentation.mixup_alpha,
+                                              augmentation.cutmix_alpha, stream)
+    return mixed, targets

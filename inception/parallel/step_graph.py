@@ -5,6 +5,13 @@ session, writes no files and reads no flags. The towers' forward pass is built o
 stage of the training plan (plans.py) gets its own gradients, optimizer and train op from the
 same tower machinery (towers.py), so `mean_loss`, None-safe averaging and the NaN check work
 the same in every stage.
+
+With `accumulate_steps` K, an update's input holds K micro-batches, each split over the towers:
+the towers are built K times (micro-batch k on tower i is `tower_{k * num_towers + i}`), and
+the one average over all of them is the update, so K x towers x per-tower batch examples make
+it, the global step counts updates and `mean_loss` covers every micro-batch. They are built
+into the one step's graph, so TensorFlow may run them side by side: accumulation makes the
+update's batch K times larger at the same per-tower batch, it does not lower the step's memory.
 """
 
 import dataclasses
@@ -17,6 +24,7 @@ from inception.config import tags
 from inception.parallel import gpu_prefetch
 from inception.parallel import loss_scaling
 from inception.parallel import optimizers as optimizers_lib
+from inception.parallel import schedules
 from inception.parallel import towers as towers_lib
 
 tf1 = tf.compat.v1
@@ -84,33 +92,18 @@ def warmed_up_decay(max_decay, global_step):
     return tf.minimum(max_decay, (1.0 + step) / (10.0 + step), name="batch_norm_decay")
 
 
-def learning_rate_schedule(settings, global_step, steps_per_epoch):
-    """The original's staircase exponential decay of settings.OptimizationSettings `settings`,
-    ramped up linearly over the first `settings.warmup_steps` steps: a scalar float32 tensor."""
-    decayed = tf1.train.exponential_decay(
-        settings.initial_learning_rate, global_step, settings.decay_steps(steps_per_epoch),
-        settings.learning_rate_decay_factor, staircase=True,
-        name="learning_rate" if not settings.warmup_steps else "decayed_learning_rate")
-    if not settings.warmup_steps:
-        return decayed
-    step = tf.cast(global_step, tf.float32)
-    warmed = tf.minimum(1.0, (step + 1.0) / float(settings.warmup_steps))
-    return tf.multiply(decayed, warmed, name="learning_rate")
-
-
 def build_train_graph(input_batch, make_model_fn, optimization, tower_devices,
                       examples_per_epoch, histograms=False, wrap_optimizer=None,
                       initial_loss_scale=None, variable_device=DEFAULT_VARIABLE_DEVICE,
-                      stage_inputs=False, learning_rate=None):
-    """Builds the towers once and one train op per stage of `optimization`'s plan (in the
-    default graph).
+                      stage_inputs=False, learning_rate=None, max_steps=None):
+    """Builds the towers once and one train op per stage of `optimization`'s plan.
 
     Args:
-      input_batch: inputs.pipeline.InputBatch of the global batch.
-      make_model_fn: callable(batch_norm_decay) -> model_fn(images, labels) -> {term: loss};
-        e.g. functools.partial(model.make_model_fn, model_settings).
-      optimization: settings.OptimizationSettings with the data set's defaults filled in
-        (settings.with_defaults); its plan (None: everything in one stage) and schedule.
+      input_batch: inputs.pipeline.InputBatch of one update: the global batch times
+        `optimization.accumulate_steps` (that many micro-batches, each split over the towers).
+      make_model_fn: callable(batch_norm_decay) -> model_fn(images, labels) -> {term: loss}.
+      optimization: settings.OptimizationSettings, resolved (settings.with_defaults): its plan
+        (None: everything in one stage), schedule and accumulate_steps.
       tower_devices: one device name per tower, e.g. ['/cpu:0', '/cpu:1'].
       examples_per_epoch: examples in the training subset (the schedule decays per epoch).
       histograms: add gradient and variable histograms to the summaries (costly).
@@ -123,41 +116,41 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices,
         CPU, as in the original; the first GPU on one-GPU machines, devices.py).
       stage_inputs: copy each tower's input to its device a step ahead (gpu_prefetch.py; GPUs).
       learning_rate: a scalar float32 tensor every stage uses instead of its own rate (the
-        learning-rate range test feeds it); None: the schedule of `optimization`.
+        range test feeds it); None: the schedules; max_steps: where a cosine one reaches zero.
 
-    Returns:
-      TrainGraph. Raises plans.PlanError when a stage selects no variable or its loss
-      reaches none of its variables.
+    Returns TrainGraph; raises plans.PlanError when a stage selects no variable or its loss
+    reaches none of its variables.
     """
     plan = optimization.training_plan().validate()
     examples_per_step = int(input_batch.images.shape[0])
     global_step = tf1.train.get_or_create_global_step()
+    run_schedule = schedules.run_schedule(optimization, examples_per_epoch / examples_per_step,
+                                          max_steps)
     with tf.device(variable_device):
-        schedule = (learning_rate_schedule(optimization, global_step,
-                                           examples_per_epoch / examples_per_step)
-                    if learning_rate is None else learning_rate)
+        schedule = learning_rate if learning_rate is not None else schedules.rate_tensor(
+            run_schedule, global_step)
         bn_decay = warmed_up_decay(recipe.BATCH_NORM_DECAY, global_step)
-    towers, staged = _build_towers(input_batch, make_model_fn(bn_decay), tower_devices,
+    towers, staged = _build_towers(input_batch, make_model_fn(bn_decay),
+                                   list(tower_devices) * optimization.accumulate_steps,
                                    variable_device, stage_inputs)
     regularization = towers_lib.regularization_loss(variable_device)
     with tf.device(variable_device):
         moving_average = _averages_of_every_variable(global_step)
-        loss_scale = (loss_scaling.create_loss_scale(initial_loss_scale)
-                      if initial_loss_scale is not None else None)
+        loss_scale = None if initial_loss_scale is None else loss_scaling.create_loss_scale(
+            initial_loss_scale)
     # The user-facing rule (no fp16 on a cluster) lives in settings.py; this is its invariant.
     assert loss_scale is None or wrap_optimizer is None, "loss scaling with sync replicas"
     step_extras = towers_lib.batch_norm_updates(towers) + ([staged.put_op] if staged else [])
     shared = _SharedParts(towers, regularization, schedule, bn_decay, global_step,
                           moving_average, step_extras, input_batch, histograms,
                           len(plan.stages) == 1, variable_device, wrap_optimizer, loss_scale,
-                          learning_rate is not None)
+                          learning_rate is not None, plan, run_schedule)
     stage_ops = [_build_stage(stage, index, shared) for index, stage in enumerate(plan.stages)]
     return TrainGraph(global_step=global_step, plan=plan, stages=stage_ops,
                       corrupt_records=input_batch.corrupt_records,
                       input_initializer=input_batch.initializer, moving_average=moving_average,
-                      examples_per_step=examples_per_step,
-                      input_fill=staged.put_op if staged else None,
-                      loss_scaled=loss_scale is not None)
+                      examples_per_step=examples_per_step, loss_scaled=loss_scale is not None,
+                      input_fill=staged.put_op if staged else None)
 
 
 def _build_towers(input_batch, model_fn, tower_devices, variable_device, stage_inputs):
@@ -205,6 +198,8 @@ class _SharedParts:
     wrap_optimizer: object = None
     loss_scale: loss_scaling.LossScale = None
     rate_fed: bool = False  # every stage takes `schedule`, whatever its plan says
+    plan: plans.TrainingPlan = None
+    run_schedule: schedules.Schedule = None
 
 
 def _build_stage(stage, index, shared):
@@ -228,8 +223,10 @@ def _build_stage(stage, index, shared):
                 "terms.")
         trained = [variable for _, variable in gradients.grads_and_vars]
         with tf.device(shared.variable_device):
-            learning_rate = (shared.schedule if stage.learning_rate is None or shared.rate_fed
-                             else tf.constant(stage.learning_rate, name="learning_rate"))
+            own = schedules.stage_schedule(shared.plan, index, shared.run_schedule,
+                                           shared.run_schedule.end_step)
+            learning_rate = (shared.schedule if own is None or shared.rate_fed
+                             else schedules.rate_tensor(own, shared.global_step))
             optimizer = optimizers_lib.make_optimizer(stage, learning_rate, shared.single_stage)
             update_ops = _update_ops(optimizer, gradients.grads_and_vars, trained, shared)
             train_op = tf.group(*update_ops, *shared.step_extras, name="train_op")
@@ -298,8 +295,9 @@ def _summaries(shared, stage, index, tower_totals, mean_loss, learning_rate, gra
         summaries.extend(_training_precision())
         grads = [grad for grad, _ in grads_and_vars]
         summaries.append(scalar_summary(tags.GRADIENT_NORM, tf.linalg.global_norm(grads)))
-        if input_batch.images.shape.rank == 4 and input_batch.images.shape[-1] in (1, 3):
-            shown = tf.image.convert_image_dtype((input_batch.images[:3] + 1.0) / 2.0, tf.uint8,
+        trained = (tf1.get_collection(tags.TRAIN_IMAGES) or [input_batch.images])[0]
+        if trained.shape.rank == 4 and trained.shape[-1] in (1, 3):
+            shown = tf.image.convert_image_dtype((trained[:3] + 1.0) / 2.0, tf.uint8,
                                                  saturate=True)
             summaries.append(tf.raw_ops.ImageSummary(tag=tags.INPUT_IMAGES, tensor=shown,
                                                      max_images=3))

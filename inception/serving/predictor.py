@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from common import error_lines
 from common import image_limits
+from inception.inputs import datasets
 from inception.inputs import preprocessing
 from inception.run.directory import RunDirectory
 from inception.run.directory import SETTINGS_FILE
@@ -88,8 +89,9 @@ def _checkpoint_model(train_dir, log, max_pixels):
     stored = directory.require_settings()
     checkpoint_path = directory.require_checkpoint(log)
     log(f"loading {checkpoint_path}...")
-    serving_graph = saved_model.build_serving_graph(
-        stored.model, directory.label_names(stored.data_dir, log), max_pixels=max_pixels)
+    label_names = directory.label_names(datasets.labels_dir(stored.data_dir), log)
+    serving_graph = saved_model.build_serving_graph(stored.model, label_names,
+                                                    max_pixels=max_pixels)
     serving_graph.graph.finalize()
     session = tf1.Session(graph=serving_graph.graph)
     saved_model.restore(session, serving_graph, checkpoint_path)

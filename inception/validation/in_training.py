@@ -130,7 +130,7 @@ def build(settings, dataset, session_config, log=print, logits_fn=None):
         saved_model.check_export_dir(validation.export_best_dir)
     eval_graph = scoring.build_eval_graph(shards, settings.model, validation.eval_batch_size,
                                           strict=settings.data.strict_input, logits_fn=logits_fn)
-    label_names = RunDirectory(settings.train_dir).label_names(dataset.data_dir, log)
+    label_names = RunDirectory(settings.train_dir).label_names(dataset.shard_dir, log)
     log(f"validating on {expected} {SUBSET} examples every "
         f"{validation.eval_every_n_steps} steps and at the end (best by "
         f"{validation.best_metric}: {os.path.join(settings.train_dir, best_lib.BEST_DIR)})")

@@ -112,7 +112,7 @@ def _evaluate(evaluation, config, stop, log, logits_fn):
         eval_graph = scoring.build_eval_graph(shards, settings, evaluation.batch_size,
                                               evaluation.num_examples, evaluation.strict_input,
                                               logits_fn=logits_fn)
-        label_names = RunDirectory(evaluation.checkpoint_dir).label_names(dataset.data_dir, log)
+        label_names = RunDirectory(evaluation.checkpoint_dir).label_names(dataset.shard_dir, log)
         evaluate = _evaluator(eval_graph, config, expected, (writer, eval_dir, label_names),
                               f"{evaluation.subset} examples of {dataset.name}", log)
         if evaluation.run_once:

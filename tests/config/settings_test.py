@@ -9,6 +9,7 @@ import unittest
 from absl.testing import absltest
 
 from inception.config import cluster
+from inception.config import rules
 from inception.config import settings as settings_lib
 from tests import testing_utils
 
@@ -61,6 +62,10 @@ class TrainFlagsTest(unittest.TestCase):
             ("--keep_checkpoints=0", r"--keep_checkpoints=0 must be at least 1\."),
             ("--depth_multiplier=0", r"--depth_multiplier=0.0 must be positive"),
             ("--log_every_n_steps=-1", r"--log_every_n_steps=-1 must be at least 0\."),
+            ("--accumulate_steps=0", r"--accumulate_steps=0 must be at least 1\."),
+            ("--randaugment_magnitude=31", r"--randaugment_magnitude=31 must be in \[0, 30\]"),
+            ("--random_erasing=1.5", r"--random_erasing=1.5 must be in \[0, 1\]"),
+            ("--mixup_alpha=-1", r"--mixup_alpha=-1.0 must be at least 0\."),
         ]
         for flag, pattern in cases:
             with self.subTest(flag=flag):
@@ -104,7 +109,8 @@ class SettingsTest(unittest.TestCase):
 
     def test_choices_are_checked_for_library_callers_too(self):
         for name, value in (("precision", "fp8"), ("variable_device", "tpu"),
-                            ("on_nan", "ignore"), ("dataset", "mnist"), ("optimizer", "lbfgs")):
+                            ("on_nan", "ignore"), ("dataset", "mnist"), ("optimizer", "lbfgs"),
+                            ("learning_rate_schedule", "linear"), ("augment", "autoaugment")):
             with self.subTest(name=name):
                 with self.assertRaisesRegex(settings_lib.SettingsError, f"--{name}={value} is not "
                                             "one of"):
@@ -154,7 +160,7 @@ class SettingsTest(unittest.TestCase):
         defined = set(flags.FLAGS)
         for name in settings_lib.flat_names():
             if name != "plan":  # built from --trainable_scopes / --stages / --training_plan
-                self.assertIn(settings_lib.FLAG_NAMES.get(name, name), defined)
+                self.assertIn(rules.FLAG_NAMES.get(name, name), defined)
 
 
 if __name__ == "__main__":

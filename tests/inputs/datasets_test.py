@@ -1,14 +1,18 @@
-"""Data sets: resolving a name and directory to classes and sizes, counting shard records,
-and each kind of data set's training defaults (the trainer's use of them: driver/launch_test)."""
+"""Data sets: resolving a name and directory (shards, or a folder of images read through its
+cached shards) to classes and sizes, counting shard records, and each kind of data set's
+training defaults (the trainer's use of them: driver/launch_test)."""
 
+import io
 import os
 import unittest
 from unittest import mock
 
 import tensorflow as tf
 from absl.testing import absltest
+from PIL import Image
 
 from data import demo_data
+from data import folder_cache
 from data import tfrecord_format
 from inception.config import recipe
 from inception.inputs import datasets
@@ -121,6 +125,73 @@ class ResolveTest(unittest.TestCase):
                                                    else directory)
                 self.assertIs(dataset.defaults, recipe.defaults_for(name))
                 self.assertIs(dataset.defaults, defaults)
+
+
+def image_folder(root, labels=("cat", "dog", "owl"), per_label=2):
+    """`root/<label>/<i>.jpg`: `per_label` tiny JPEGs for each label; returns `root`."""
+    for number, label in enumerate(labels):
+        os.makedirs(os.path.join(root, label))
+        for index in range(per_label):
+            Image.new("RGB", (16, 16), (40 * number, 30 * index, 90)).save(
+                os.path.join(root, label, f"{index}.jpg"), format="JPEG")
+    return root
+
+
+class ImageFolderTest(unittest.TestCase):
+    """--data_dir=<a folder of images>: the run keeps the folder and reads its cached shards."""
+
+    def setUp(self):
+        self.cache = testing_utils.temp_dir("cache")
+        for patcher in (mock.patch.dict(os.environ, {"INCEPTION_CACHE_DIR": self.cache}),
+                        mock.patch("sys.stderr", io.StringIO())):  # the builds' progress bars
+            patcher.start()
+            self.addCleanup(patcher.stop)
+
+    def test_train_and_validation_folders_read_their_cached_shards(self):
+        folder = testing_utils.temp_dir("photos")
+        image_folder(os.path.join(folder, "train"), per_label=3)
+        image_folder(os.path.join(folder, "validation"))
+        lines = []
+        dataset = datasets.resolve_dataset("", folder, log=lines.append)
+        cache = folder_cache.cache_path(folder, 0.0)
+        self.assertTrue(cache.startswith(self.cache))
+        self.assertEqual((dataset.name, dataset.data_dir, dataset.shard_dir),
+                         ("custom", folder, cache))
+        self.assertEqual((dataset.num_classes, dataset.label_names), (4, ("cat", "dog", "owl")))
+        self.assertEqual(dataset.shards("train"), tfrecord_format.list_shards(cache, "train"))
+        self.assertEqual(len(dataset.shards("validation")), 2)
+        self.assertEqual((dataset.num_examples("train"), dataset.num_examples("validation")),
+                         (9, 6))
+        self.assertIn("building TFRecord shards of the 15 images", lines[0])
+        # Evaluation of the run: the stored folder and the stored label count, nothing else.
+        lines.clear()
+        self.assertEqual(datasets.resolve_dataset("custom", folder, 3, log=lines.append),
+                         dataset)
+        self.assertEqual(lines, [f"using the cached shards of {folder} in {cache} (its files "
+                                 "are unchanged)"])
+        self.assertEqual(datasets.labels_dir(folder), cache)  # export and classify
+
+    def test_label_folders_take_a_fraction_that_evaluation_finds_in_the_cache(self):
+        folder = image_folder(testing_utils.temp_dir("photos"))
+        with self.assertRaisesRegex(datasets.DataError, "pass --validation_fraction=0.2 to "):
+            datasets.resolve_dataset("", folder)
+        self.assertEqual(datasets.labels_dir(folder), folder)  # nothing built yet
+        dataset = datasets.resolve_dataset("", folder, log=lambda line: None,
+                                           validation_fraction=0.5)
+        self.assertEqual((dataset.data_dir, dataset.num_classes), (folder, 4))
+        self.assertEqual((dataset.num_examples("train"), dataset.num_examples("validation")),
+                         (3, 3))
+        evaluated = datasets.resolve_dataset("custom", folder, 3, log=lambda line: None)
+        self.assertEqual(evaluated.shard_dir, dataset.shard_dir)
+        self.assertEqual(datasets.labels_dir(folder), dataset.shard_dir)
+
+    def test_a_shards_directory_is_read_where_it_is(self):
+        directory = own_data()
+        image_folder(os.path.join(directory, "extra"), labels=("cat",), per_label=1)
+        dataset = datasets.resolve_dataset("", directory)
+        self.assertEqual(dataset.shard_dir, directory)
+        self.assertEqual(datasets.labels_dir(directory), directory)
+        self.assertFalse(os.path.exists(folder_cache.cache_root()))
 
 
 class CountTest(unittest.TestCase):

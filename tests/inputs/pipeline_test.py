@@ -11,6 +11,7 @@ from PIL import Image
 
 from data import tfrecord_format
 from inception.config import recipe
+from inception.config import settings as settings_lib
 from inception.inputs import pipeline
 from inception.inputs import preprocessing
 from tests import testing_utils
@@ -76,10 +77,10 @@ def read_all(batch):
     return np.concatenate(images), np.concatenate(labels), corrupt
 
 
-def first_batches(shards, seed, count=3, batch_size=4):
+def first_batches(shards, seed, count=3, batch_size=4, augmentation=None):
     with tf.Graph().as_default():
         batch = pipeline.build_train_input(shards, batch_size, SIZE, NUM_CLASSES, seed=seed,
-                                           shuffle_buffer=16)
+                                           shuffle_buffer=16, augmentation=augmentation)
         with tf1.Session() as session:
             session.run([tf1.local_variables_initializer(), batch.initializer])
             return [session.run([batch.images, batch.labels]) for _ in range(count)]
@@ -229,6 +230,42 @@ class CropTest(unittest.TestCase):
             with tf1.Session() as session:
                 for name, (data, expected) in cases.items():
                     self.assertEqual(bool(session.run(check, {encoded: data})), expected, name)
+
+
+class AugmentationTest(unittest.TestCase):
+    """RandAugment and random erasing in the pipeline: seeded, changing the images, and
+    leaving the order and the original distortions as they were."""
+
+    @classmethod
+    def setUpClass(cls):
+        directory = testing_utils.temp_dir("augmented")
+        cls.shards = [write_shard(directory, [record(jpeg_bytes(i), i % 3 + 1, f"{i}.jpg")
+                                              for i in range(8)])]
+
+    def batches(self, seed=7, **values):
+        augmentation = settings_lib.AugmentationSettings(**values) if values else None
+        return first_batches(self.shards, seed=seed, count=2, augmentation=augmentation)
+
+    def test_no_augmentation_is_the_original_pipeline(self):
+        plain, none = self.batches(), self.batches(augment="none")
+        for (images_a, labels_a), (images_b, labels_b) in zip(plain, none):
+            np.testing.assert_array_equal(images_a, images_b)
+            np.testing.assert_array_equal(labels_a, labels_b)
+
+    def test_each_augmentation_is_seeded_and_changes_only_the_images(self):
+        plain = self.batches()
+        for values in ({"augment": "randaugment", "randaugment_magnitude": 10},
+                       {"random_erasing": 1.0}):
+            with self.subTest(**values):
+                augmented, again = self.batches(**values), self.batches(**values)
+                other_seed = self.batches(seed=8, **values)
+                for (images, labels), (same, _), (original, original_labels) in zip(
+                        augmented, again, plain):
+                    np.testing.assert_array_equal(images, same)
+                    np.testing.assert_array_equal(labels, original_labels)
+                    self.assertGreater(np.abs(images - original).max(), 0.1)
+                    self.assertLessEqual(np.abs(images).max(), 1.0)
+                self.assertFalse(np.array_equal(augmented[0][0], other_seed[0][0]))
 
 
 if __name__ == "__main__":

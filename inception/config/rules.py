@@ -1,0 +1,166 @@
+"""Every rule a setting must keep, checked before TensorFlow loads: ranges of numbers, choices,
+paths that must be directories, and combinations no run can use. The sections they check are in
+settings.py; these functions read their fields, so each rule is written once for every caller
+(the entry points' flags, the library's callers, the resolved run).
+
+Free of TensorFlow, like settings.py.
+"""
+
+import os
+
+from common import files
+from inception.config.plans import OPTIMIZERS
+from inception.config.plans import PlanError
+from inception.config.plans import SCHEDULES
+MIN_IMAGE_SIZE = 75  # Inception v3's stride-2 layers shrink anything smaller to nothing
+MIN_AUX_IMAGE_SIZE = 107  # the auxiliary head's 5x5 pooling needs Mixed_6e at 5x5 or larger
+DATASET_NAMES = ("demo", "imagenet", "flowers", "custom")
+PRECISIONS = ("fp32", "bf16", "fp16")
+VARIABLE_DEVICE_CHOICES = ("auto", "cpu", "gpu")
+ON_NAN = ("stop", "rollback")
+ON_DIVERGENCE = ("warn", "stop")
+BEST_METRICS = ("precision_at_1", "recall_at_5", "loss")
+AUGMENTS = ("none", "randaugment")
+MAX_RANDAUGMENT_MAGNITUDE = 30  # RandAugment's scale: 10 is a full-strength op, as in timm
+FLAG_NAMES = {"num_towers": "num_gpus", "num_labels": "num_classes"}  # the original's names
+
+
+class SettingsError(ValueError):
+    """A setting has a value no run can use; the message names its flag and says what to use."""
+
+
+def check_train(settings):
+    """Raises SettingsError (or PlanError) for the first setting of the TrainSettings
+    `settings` that no run can use."""
+    if not settings.train_dir:
+        raise SettingsError("--train_dir must not be empty.")
+    for check in (_check_counts, _check_rates, _check_choices, _check_paths,
+                  _check_combinations):
+        check(settings)
+    check_model(settings.model)
+
+
+def check_eval(evaluation):
+    """Raises SettingsError for the first setting of the EvalSettings `evaluation` that no
+    evaluation can use."""
+    _at_least(evaluation, ("batch_size",), 1)
+    _at_least(evaluation, ("num_examples", "eval_interval_secs", "timeout_secs"), 0)
+    check_model(evaluation)
+    _must_be_directory("eval_dir", evaluation.eval_dir)
+    _must_be_directory("data_dir", evaluation.data_dir, must_exist=True)
+
+
+def _fail(name, value, what):
+    raise SettingsError(f"--{FLAG_NAMES.get(name, name)}={value} {what}.")
+
+
+def _at_least(section, names, minimum):
+    for name in names:
+        value = getattr(section, name)
+        if value is not None and value < minimum:
+            _fail(name, value, f"must be at least {minimum}")
+
+
+def _check_counts(settings):
+    data, devices, loop = settings.data, settings.devices, settings.loop
+    _at_least(data, ("batch_size", "num_labels"), 1)
+    _at_least(devices, ("num_towers",), 1)
+    _at_least(devices, ("virtual_gpu_memory_mb", "intra_op_threads", "inter_op_threads"), 0)
+    _at_least(loop, ("keep_checkpoints",), 1)
+    _at_least(loop, ("max_steps", "log_every_n_steps", "save_summaries_steps",
+                     "save_summaries_secs", "save_checkpoint_steps", "save_interval_secs",
+                     "keep_checkpoint_every_n_hours", "max_nan_rollbacks"), 0)
+    _at_least(settings.optimization, ("warmup_steps",), 0)
+    _at_least(settings.optimization, ("accumulate_steps",), 1)
+    _at_least(settings.validation, ("eval_every_n_steps",
+                                    "stop_after_evals_without_improvement"), 0)
+    _at_least(settings.validation, ("eval_batch_size",), 1)
+    augmentation = settings.augmentation
+    _at_least(augmentation, ("randaugment_ops",), 1)
+    _at_least(augmentation, ("randaugment_magnitude", "mixup_alpha", "cutmix_alpha"), 0)
+    for section, name, most in (
+            (augmentation, "randaugment_magnitude", MAX_RANDAUGMENT_MAGNITUDE),
+            (augmentation, "random_erasing", 1), (data, "validation_fraction", 0.9)):
+        if not 0 <= getattr(section, name) <= most:
+            _fail(name, getattr(section, name), f"must be in [0, {most}]")
+    if devices.num_towers and data.batch_size and data.batch_size % devices.num_towers:
+        _fail("batch_size", data.batch_size,
+              f"does not split evenly over --num_gpus={devices.num_towers} towers; use a "
+              f"multiple of {devices.num_towers}")
+
+
+def _check_rates(settings):
+    optimization = settings.optimization
+    if optimization.initial_learning_rate is not None and \
+            not optimization.initial_learning_rate > 0:
+        _fail("initial_learning_rate", optimization.initial_learning_rate,
+              "must be positive (a negative rate climbs the loss); try 0.01 to 0.1")
+    if optimization.num_epochs_per_decay is not None and \
+            not optimization.num_epochs_per_decay > 0:
+        _fail("num_epochs_per_decay", optimization.num_epochs_per_decay, "must be positive")
+    if not 0 < optimization.learning_rate_decay_factor <= 1:
+        _fail("learning_rate_decay_factor", optimization.learning_rate_decay_factor,
+              "must be in (0, 1] (1 keeps the rate constant)")
+
+
+def _check_choices(settings):
+    for section, name, allowed in (
+            (settings.devices, "precision", PRECISIONS),
+            (settings.devices, "variable_device", VARIABLE_DEVICE_CHOICES),
+            (settings.loop, "on_nan", ON_NAN), (settings.loop, "on_divergence", ON_DIVERGENCE),
+            (settings.validation, "best_metric", BEST_METRICS),
+            (settings.data, "dataset", ("",) + DATASET_NAMES),
+            (settings.optimization, "optimizer", (None,) + OPTIMIZERS),
+            (settings.optimization, "learning_rate_schedule", SCHEDULES),
+            (settings.augmentation, "augment", AUGMENTS)):
+        if getattr(section, name) not in allowed:
+            _fail(name, getattr(section, name),
+                  f"is not one of {', '.join(value for value in allowed if value)}")
+
+
+def check_model(section):
+    """Raises SettingsError for an image size or depth multiplier no network can use."""
+    if section.image_size is not None and section.image_size < MIN_IMAGE_SIZE:
+        _fail("image_size", section.image_size,
+              f"is too small for Inception v3; use {MIN_IMAGE_SIZE} or more (299 is the "
+              "original)")
+    if section.depth_multiplier is not None and not section.depth_multiplier > 0:
+        _fail("depth_multiplier", section.depth_multiplier, "must be positive (1.0 is the full "
+              "network)")
+
+
+def _check_paths(settings):
+    _must_be_directory("train_dir", settings.train_dir)
+    _must_be_directory("export_best_dir", settings.validation.export_best_dir)
+    _must_be_directory("data_dir", settings.data.data_dir, must_exist=True)
+
+
+def _must_be_directory(name, path, must_exist=False):
+    if not path or files.is_url(path):  # a URL is checked through TensorFlow, at resolution
+        return
+    if os.path.exists(path) and not os.path.isdir(path):
+        _fail(name, path, "is a file, not a directory")
+    if must_exist and not os.path.isdir(path):
+        _fail(name, path, "does not exist")
+
+
+def _check_combinations(settings):
+    init, validation = settings.init, settings.validation
+    if validation.eval_every_n_steps == 0 and (
+            validation.stop_after_evals_without_improvement or validation.export_best_dir):
+        raise SettingsError("--stop_after_evals_without_improvement and --export_best_dir "
+                            "act on validation during training; pass --eval_every_n_steps=N.")
+    if (init.fine_tune or init.checkpoint_exclude_scopes) and \
+            not init.pretrained_model_checkpoint_path:
+        raise SettingsError("--fine_tune and --checkpoint_exclude_scopes need "
+                            "--pretrained_model_checkpoint_path.")
+    if settings.cluster is not None and settings.loop.on_nan == "rollback":
+        raise SettingsError("--on_nan=rollback is for one machine; on a cluster use "
+                            "--on_nan=stop and restart from the chief's last checkpoint.")
+    if settings.cluster is not None and settings.devices.precision == "fp16":
+        raise SettingsError("--precision=fp16 (loss scaling) is not available for distributed "
+                            "training; use fp32.")
+    plan = settings.optimization.plan
+    if settings.cluster is not None and plan is not None and len(plan.stages) > 1:
+        raise PlanError("distributed training runs one-stage plans only (--trainable_scopes "
+                        "works); run each stage as its own run, one after the other.")

@@ -1,0 +1,98 @@
+"""The learning rate of every step: the run's schedule and a plan stage's own, as tensors.
+
+Three kinds (plans.SCHEDULES), each after a linear warm-up of `warmup_steps` from the schedule's
+start: `exponential`, the original's staircase decay (the rate times decay_factor once every
+decay_steps steps); `cosine`, half a cosine from the rate down to zero at the schedule's end (the
+run's --max_steps, or the stage's last step); `constant`. The run's schedule spans the whole
+run; a stage that names a schedule gets its own, spanning that stage.
+"""
+
+import dataclasses
+import math
+
+import tensorflow as tf
+
+from inception.config import plans
+
+tf1 = tf.compat.v1
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """One learning-rate schedule over global steps [start_step, end_step).
+
+    kind: one of plans.SCHEDULES; end_step: where cosine reaches zero (None: unknown, which
+    only exponential and constant accept); decay_steps, decay_factor: exponential's staircase.
+    """
+    kind: str
+    initial_rate: float
+    start_step: int = 0
+    end_step: int = None
+    warmup_steps: int = 0
+    decay_steps: int = 1
+    decay_factor: float = 1.0
+
+    def __post_init__(self):
+        if self.kind not in plans.SCHEDULES:
+            raise ValueError(f"unknown learning-rate schedule {self.kind!r}; use one of "
+                             f"{', '.join(plans.SCHEDULES)}")
+        if self.kind == "cosine" and self.end_step is None:
+            raise ValueError("a cosine schedule needs its end step (--max_steps)")
+
+    def value_at(self, step):
+        """The rate at global step `step`, in Python: the formula the tensor computes."""
+        since = step - self.start_step
+        warm = min(1.0, (since + 1.0) / self.warmup_steps) if self.warmup_steps else 1.0
+        if self.kind == "exponential":
+            return self.initial_rate * self.decay_factor ** (since // self.decay_steps) * warm
+        if self.kind == "cosine":
+            span = max(1, self.end_step - self.start_step - self.warmup_steps)
+            progress = min(1.0, max(0.0, (since - self.warmup_steps) / span))
+            return self.initial_rate * 0.5 * (1.0 + math.cos(math.pi * progress)) * warm
+        return self.initial_rate * warm
+
+
+def rate_tensor(schedule, global_step, name="learning_rate"):
+    """A scalar float32 tensor: `schedule`'s rate at `global_step` (an integer tensor)."""
+    with tf.name_scope(f"{name}_schedule"):
+        since = tf.cast(global_step, tf.float32) - float(schedule.start_step)
+        if schedule.kind == "exponential":
+            decays = tf.floor(since / float(schedule.decay_steps))
+            rate = schedule.initial_rate * tf.pow(schedule.decay_factor, decays)
+        elif schedule.kind == "cosine":
+            span = float(max(1, schedule.end_step - schedule.start_step - schedule.warmup_steps))
+            progress = tf.clip_by_value((since - schedule.warmup_steps) / span, 0.0, 1.0)
+            rate = schedule.initial_rate * 0.5 * (1.0 + tf.cos(math.pi * progress))
+        else:
+            rate = tf.constant(schedule.initial_rate, tf.float32)
+        if schedule.warmup_steps:
+            rate = rate * tf.minimum(1.0, (since + 1.0) / float(schedule.warmup_steps))
+    return tf.identity(rate, name=name)
+
+
+def run_schedule(optimization, steps_per_epoch, max_steps):
+    """The run's Schedule from settings.OptimizationSettings `optimization` (resolved), the
+    updates per epoch and the run's last step (None where unknown)."""
+    return Schedule(kind=optimization.learning_rate_schedule,
+                    initial_rate=optimization.initial_learning_rate, end_step=max_steps,
+                    warmup_steps=optimization.warmup_steps,
+                    decay_steps=optimization.decay_steps(steps_per_epoch),
+                    decay_factor=optimization.learning_rate_decay_factor)
+
+
+def stage_schedule(plan, index, run, max_steps):
+    """The Schedule of stage `index` of `plan`, or None when the stage follows the run's
+    `run` schedule. A stage naming only a learning rate keeps it constant; one naming a
+    schedule gets it over its own steps, from its rate (or the run's)."""
+    stage = plan.stages[index]
+    if stage.learning_rate_schedule is None:
+        if stage.learning_rate is None:
+            return None
+        return Schedule(kind="constant", initial_rate=stage.learning_rate,
+                        start_step=plan.stage_start(index))
+    start = plan.stage_start(index)
+    end = max_steps if stage.steps is None else start + stage.steps
+    return dataclasses.replace(
+        run, kind=stage.learning_rate_schedule, start_step=start, end_step=end,
+        initial_rate=stage.learning_rate if stage.learning_rate is not None
+        else run.initial_rate)

@@ -32,6 +32,7 @@ import shutil
 from common import files
 from data import demo_data
 from data import image_folders
+from data import output_directory
 from data import shard_writer
 from data import tfrecord_format
 from data.errors import BuildError
@@ -266,18 +267,9 @@ def _remove_leftovers(parent, name):
     """Removes the `<name>.tmp-<pid>` / `.old-<pid>` directories of builds that were killed."""
     for entry in os.listdir(parent):
         match = _LEFTOVER.search(entry)
-        if entry.startswith(f"{name}.") and match and not _process_running(int(match["pid"])):
+        if entry.startswith(f"{name}.") and match and \
+                not output_directory.process_running(int(match["pid"])):
             shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
-
-
-def _process_running(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):
-        return True
-    return True
 
 
 def _recorded_fraction(folder, root):

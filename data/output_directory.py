@@ -91,7 +91,7 @@ def remove_stale_partial_files(output_dir):
             continue
         host, pid = match.group("host"), int(match.group("pid"))
         ours = host is None or host == _host()  # no host: written before names carried one
-        if ours and not _process_running(pid):
+        if ours and not process_running(pid):
             try:
                 os.remove(os.path.join(output_dir, name))
             except FileNotFoundError:
@@ -160,7 +160,7 @@ def _host():
     return re.sub(r"[^\w.-]", "_", socket.gethostname(), flags=re.ASCII) or "localhost"
 
 
-def _process_running(pid):
+def process_running(pid):
     """Whether process `pid` exists on this machine (it may belong to another user)."""
     if pid <= 0:
         return True  # not a process id a build could have had: leave the file alone

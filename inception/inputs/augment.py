@@ -14,10 +14,11 @@ import math
 
 import tensorflow as tf
 
+from inception.config.rules import MAX_RANDAUGMENT_MAGNITUDE
+
 OPS = ("identity", "auto_contrast", "equalize", "rotate", "solarize", "color", "posterize",
        "contrast", "brightness", "sharpness", "shear_x", "shear_y", "translate_x",
        "translate_y")
-MAX_MAGNITUDE = 30
 FILL_VALUE = 0.5  # grey, for the pixels a geometric op brings in from outside the image
 # Strength of each op at magnitude 10 (level 1.0); it grows linearly with the magnitude.
 ROTATE_DEGREES = 30.0
@@ -36,8 +37,9 @@ def randaugment(image, num_ops, magnitude, seed):
     Args:
       image: float32 [H, W, 3], values in [0, 1]; H and W at least 3.
       num_ops: Python int >= 0, how many ops to apply (2 is typical).
-      magnitude: Python number in [0, MAX_MAGNITUDE], every op's strength (10 is the strength
-        of timm's level 10: e.g. 30 degrees of rotation; 9 is typical). See apply_op.
+      magnitude: Python number in [0, MAX_RANDAUGMENT_MAGNITUDE], every op's strength (10 is
+        the strength of timm's level 10: e.g. 30 degrees of rotation; 9 is typical). See
+        apply_op.
       seed: int32 or int64 [2]; it fixes which ops are drawn and their signs.
 
     Returns:
@@ -73,7 +75,7 @@ def apply_op(image, op, magnitude, sign):
     Args:
       image: float32 [H, W, 3] in [0, 1].
       op: int32 scalar (tensor or Python int), an index into OPS.
-      magnitude: Python number in [0, MAX_MAGNITUDE].
+      magnitude: Python number in [0, MAX_RANDAUGMENT_MAGNITUDE].
       sign: float32 scalar, +1 or -1: the direction of the symmetric ops.
     """
     _check_magnitude(magnitude)
@@ -210,8 +212,9 @@ def _box_mask(height, width, top, bottom, left, right):
 
 
 def _check_magnitude(magnitude):
-    if not 0 <= magnitude <= MAX_MAGNITUDE:
-        raise ValueError(f"magnitude must lie in [0, {MAX_MAGNITUDE}], not {magnitude!r}")
+    if not 0 <= magnitude <= MAX_RANDAUGMENT_MAGNITUDE:
+        raise ValueError(f"magnitude must lie in [0, {MAX_RANDAUGMENT_MAGNITUDE}], "
+                         f"not {magnitude!r}")
 
 
 def _identity(image, level, sign):

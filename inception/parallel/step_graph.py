@@ -10,8 +10,9 @@ With `accumulate_steps` K, an update's input holds K micro-batches, each split o
 the towers are built K times (micro-batch k on tower i is `tower_{k * num_towers + i}`), and
 the one average over all of them is the update, so K x towers x per-tower batch examples make
 it, the global step counts updates and `mean_loss` covers every micro-batch. They are built
-into the one step's graph, so TensorFlow may run them side by side: accumulation makes the
-update's batch K times larger at the same per-tower batch, it does not lower the step's memory.
+into the one step's graph, and in a one-stage plan each micro-batch starts once the previous
+one's gradients are done (one_micro_batch_at_a_time), so the step holds the activations of one
+global batch at a time.
 """
 
 import dataclasses
@@ -31,6 +32,7 @@ tf1 = tf.compat.v1
 
 DEFAULT_VARIABLE_DEVICE = "/cpu:0"  # as in the original; the run's Placement decides
 SUMMARY_DEVICE = "/cpu:0"  # TensorFlow's summary ops have CPU kernels only
+MICRO_BATCH_INPUTS = "micro_batch_inputs"  # graph collection: each tower's input copies
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,7 +134,7 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices,
         bn_decay = warmed_up_decay(recipe.BATCH_NORM_DECAY, global_step)
     towers, staged = _build_towers(input_batch, make_model_fn(bn_decay),
                                    list(tower_devices) * optimization.accumulate_steps,
-                                   variable_device, stage_inputs)
+                                   variable_device, stage_inputs, optimization.accumulate_steps)
     regularization = towers_lib.regularization_loss(variable_device)
     with tf.device(variable_device):
         moving_average = _averages_of_every_variable(global_step)
@@ -146,6 +148,7 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices,
                           len(plan.stages) == 1, variable_device, wrap_optimizer, loss_scale,
                           learning_rate is not None, plan, run_schedule)
     stage_ops = [_build_stage(stage, index, shared) for index, stage in enumerate(plan.stages)]
+    one_micro_batch_at_a_time(towers, stage_ops, len(tower_devices))
     return TrainGraph(global_step=global_step, plan=plan, stages=stage_ops,
                       corrupt_records=input_batch.corrupt_records,
                       input_initializer=input_batch.initializer, moving_average=moving_average,
@@ -153,7 +156,31 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices,
                       input_fill=staged.put_op if staged else None)
 
 
-def _build_towers(input_batch, model_fn, tower_devices, variable_device, stage_inputs):
+def one_micro_batch_at_a_time(towers, stage_ops, num_towers):
+    """Makes each micro-batch's towers start only once the previous micro-batch's gradients
+    are computed, so that one micro-batch's activations are alive at a time (accumulation's
+    point: a larger update in the memory of one global batch).
+
+    Each tower's inputs pass through identity ops (_build_towers); they get control inputs
+    from the gradient norms of the previous micro-batch's towers, which need all of their
+    gradients. Added after the fact (a private but long-stable Operation method) because the
+    gradients exist only once every tower is built. A multi-stage plan (`stage_ops`, one
+    StageOps each) is left unordered: a stage's order would make the other stages compute its
+    gradients too.
+    """
+    if len(stage_ops) > 1:
+        return
+    norms = stage_ops[0].tower_gradient_norms.op.inputs
+    for tower in towers[num_towers:]:
+        micro_batch = tower.index // num_towers
+        previous = [norms[index].op for index in range((micro_batch - 1) * num_towers,
+                                                       micro_batch * num_towers)]
+        for op in tf1.get_collection(MICRO_BATCH_INPUTS, scope=tower.name_scope):
+            op._add_control_inputs(previous)  # pylint: disable=protected-access
+
+
+def _build_towers(input_batch, model_fn, tower_devices, variable_device, stage_inputs,
+                  micro_batches):
     """Splits the global batch over the towers (staged on their devices one step ahead when
     `stage_inputs`) and builds them; returns (towers, gpu_prefetch.StagedInputs or None)."""
     tower_inputs = towers_lib.split_batch((input_batch.images, input_batch.labels),
@@ -161,8 +188,21 @@ def _build_towers(input_batch, model_fn, tower_devices, variable_device, stage_i
     staged = gpu_prefetch.stage_on_devices(tower_inputs, tower_devices) if stage_inputs else None
     if staged is not None:
         tower_inputs = staged.tower_inputs
+    if micro_batches > 1:
+        model_fn = _with_held_inputs(model_fn)
     return (towers_lib.build_towers(model_fn, tower_inputs, tower_devices, variable_device),
             staged)
+
+
+def _with_held_inputs(model_fn):
+    """`model_fn` taking its inputs through identity ops in the tower's name scope (collected
+    as MICRO_BATCH_INPUTS): what one_micro_batch_at_a_time orders."""
+    def held_model_fn(*inputs):
+        copies = tuple(tf.identity(tensor, name="micro_batch_input") for tensor in inputs)
+        for copy in copies:
+            tf1.add_to_collection(MICRO_BATCH_INPUTS, copy.op)
+        return model_fn(*copies)
+    return held_model_fn
 
 
 def _averages_of_every_variable(global_step):

@@ -189,6 +189,24 @@ class AccumulationTest(unittest.TestCase):
         self.assertGreater(max(np.max(np.abs(value - half[2][name]))
                                for name, value in accumulated[2].items()), 1e-4)
 
+    def test_each_micro_batch_waits_for_the_previous_ones_gradients(self):
+        optimization = testing_utils.optimization(initial_learning_rate=0.5, optimizer="sgd",
+                                                  accumulate_steps=3)
+        with tf.Graph().as_default():
+            built = step_graph.build_train_graph(
+                testing_utils.synthetic_input(12),
+                lambda decay: testing_utils.small_conv_model_fn(), optimization,
+                ["/cpu:0", "/cpu:1"], 16)
+            norms = [tensor.op for tensor in built.stages[0].tower_gradient_norms.op.inputs]
+            copies = tf1.get_collection(step_graph.MICRO_BATCH_INPUTS)
+        self.assertEqual(len(norms), 6)  # 3 micro-batches x 2 towers
+        self.assertEqual(len(copies), 12)  # images and labels of each
+        for op in copies:
+            tower = int(op.name.split("/")[0].split("_")[1])
+            micro_batch = tower // 2
+            expected = norms[2 * (micro_batch - 1):2 * micro_batch] if micro_batch else []
+            self.assertEqual(op.control_inputs, expected, op.name)
+
     def test_the_schedule_counts_updates(self):
         # 16 examples an epoch, 8 per update (2 micro-batches of 4): the rate halves every 2
         # updates, so at global step 2 it is 0.25 whether the 8 come from towers or micro-batches.

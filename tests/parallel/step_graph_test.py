@@ -2,14 +2,18 @@
 moving averages of every weight, what a plan's stages cannot select, and gradient
 accumulation against towers (learning-rate schedules: schedules_test)."""
 
+import io
 import unittest
 
 import numpy as np
 import tensorflow as tf
 from absl.testing import absltest
+from PIL import Image
+from tensorflow.core.framework import summary_pb2
 
 from inception.config import plans
 from inception.config import recipe
+from inception.config import tags
 from inception.parallel import step_graph
 from tests import testing_utils
 
@@ -29,6 +33,11 @@ def build(plan=None, unused_variable=False, seen_decays=None):
             seen_decays.append(decay)
         return testing_utils.small_conv_model_fn(unused_variable=unused_variable)
     return testing_utils.build_small_train_graph(plan, make_model_fn)
+
+
+def build_small_graph(make_model_fn):
+    """testing_utils.build_small_train_graph with `make_model_fn` and one stage."""
+    return testing_utils.build_small_train_graph(None, make_model_fn)
 
 
 def session_for(built):
@@ -215,6 +224,39 @@ class AccumulationTest(unittest.TestCase):
         self.assertEqual(accumulated[4], 8)
         self.assertAlmostEqual(accumulated[3], 0.25, places=7)
         self.assertAlmostEqual(towers[3], 0.25, places=7)
+
+
+class InputImagesTest(unittest.TestCase):
+    """train/input_images shows the first tower's images as the model trained on them."""
+
+    def shown(self, trained_images=None):
+        """The pixels of the input-images summary; the model's images are replaced by
+        `trained_images(images)` (as Mixup/CutMix do) when given."""
+        def make_model_fn(decay):
+            del decay
+            inner = testing_utils.small_conv_model_fn()
+
+            def model_fn(images, labels):
+                if trained_images is not None:
+                    images = trained_images(images)
+                    tf1.add_to_collection(tags.TRAIN_IMAGES, images)
+                return inner(images, labels)
+            return model_fn
+        with tf.Graph().as_default():
+            built = build_small_graph(make_model_fn)
+            with session_for(built) as session:
+                summary = summary_pb2.Summary.FromString(session.run(built.stages[0].summary_op))
+        images = [value.image for value in summary.value
+                  if value.tag.startswith(tags.INPUT_IMAGES)]
+        self.assertEqual(len(images), 3)
+        return np.stack([np.asarray(Image.open(io.BytesIO(image.encoded_image_string)))
+                         for image in images])
+
+    def test_the_summary_shows_the_images_the_towers_trained_on(self):
+        white = self.shown(lambda images: tf.ones_like(images))
+        self.assertEqual(white.min(), 255)
+        plain = self.shown()
+        self.assertLess(plain.min(), 200)  # the random inputs themselves
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ measures). Each run is the README's "Learning rate" setting: 2 towers, a global 
 px, depth multiplier 0.5, `--seed`, validated once at its last step by the training's own
 validation (the eval job's numbers). It prints one line per run and rewrites the JSON after each,
 so a long measurement that is stopped keeps what it finished; `--resume` skips the runs the JSON
-already holds.
+already holds, and `--table` prints the README's table of them.
 """
 
 import argparse
@@ -70,6 +70,24 @@ def parse_configs(text):
     return configs
 
 
+def table(runs):
+    """The README's markdown table of `runs` (the JSON's list): one row per option and length,
+    precision@1 per data set, seeds side by side (highest mean_loss in brackets)."""
+    datasets = sorted({run["dataset"] for run in runs})
+    lines = ["| option | steps | " + " | ".join(datasets) + " |",
+             "| --- | --- |" + " --- |" * len(datasets)]
+    for steps in sorted({run["steps"] for run in runs}):
+        for config in dict.fromkeys(run["config"] for run in runs):
+            cells = []
+            for dataset in datasets:
+                found = sorted((run["seed"], run) for run in runs if run["steps"] == steps and
+                               run["config"] == config and run["dataset"] == dataset)
+                cells.append(" / ".join(f"{run['precision_at_1']:.2f} ({run['highest_loss']:.1f})"
+                                        for _, run in found) or "-")
+            lines.append(f"| {config} | {steps} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data_root", required=True, help="folder of the data sets' trees")
@@ -80,7 +98,13 @@ def main():
     parser.add_argument("--seeds", default="1,2")
     parser.add_argument("--output_json", required=True)
     parser.add_argument("--resume", action="store_true", help="skip runs the JSON holds")
+    parser.add_argument("--table", action="store_true",
+                        help="only print the README table of the JSON's runs")
     args = parser.parse_args()
+    if args.table:
+        with open(args.output_json, encoding="utf-8") as handle:
+            print(table(json.load(handle)["runs"]))
+        return
     report = {"runs": []}
     if args.resume and os.path.exists(args.output_json):
         with open(args.output_json, encoding="utf-8") as handle:

@@ -7,7 +7,6 @@ settings.TrainSettings, and what tests call directly.
 
 import contextlib
 import functools
-import random
 
 import tensorflow as tf
 
@@ -61,7 +60,7 @@ def graph_builder(run, replica, learning_rate=None):
                 settings.model.image_size, settings.model.num_classes, seed=seed,
                 strict=data.strict_input, crop=run.dataset.defaults.crop,
                 augmentation=settings.augmentation)
-        mixing_seed = random.SystemRandom().randrange(2**31 - 1) if seed is None else seed
+        mixing_seed = pipeline.fresh_seed() if seed is None else seed
         return step_graph.build_train_graph(
             input_batch, functools.partial(network.make_model_fn, settings.model,
                                            compute_dtype=placement.compute_dtype,

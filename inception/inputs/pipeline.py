@@ -77,6 +77,11 @@ def explain(error):
                       "shards, or drop --strict_input to skip such records.")
 
 
+def fresh_seed():
+    """A seed for a run given none: different every run (from the OS's entropy)."""
+    return random.SystemRandom().randrange(2**31 - 1)
+
+
 def _corrupt_counter():
     return tf1.Variable(0, dtype=tf.int64, trainable=False, name="corrupt_records",
                         collections=[tf1.GraphKeys.LOCAL_VARIABLES])
@@ -153,7 +158,7 @@ def build_train_input(shards, batch_size, image_size, num_classes, seed=None, st
     """
     deterministic = seed is not None
     if seed is None:
-        seed = random.SystemRandom().randrange(2**31 - 1)
+        seed = fresh_seed()
     counter = _corrupt_counter()
     records = _records(shards, True, seed, deterministic)
     records = records.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)

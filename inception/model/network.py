@@ -9,6 +9,7 @@ dropout_as_mask_multiply).
 """
 
 import contextlib
+import itertools
 
 import tensorflow as tf
 
@@ -126,12 +127,11 @@ def make_model_fn(settings, batch_norm_decay, compute_dtype=None, augmentation=N
     augmentation: settings.AugmentationSettings whose Mixup/CutMix mix each tower's batch
     (inputs/augment.py), drawn from `seed`, the global step and the tower's number; None: none.
     """
-    towers_so_far = []
+    tower_numbers = itertools.count()
 
     def model_fn(images, labels):
         images, targets = _mixed(images, labels, settings.num_classes, augmentation,
-                                 seed, len(towers_so_far))
-        towers_so_far.append(images)
+                                 seed, next(tower_numbers))
         tf.compat.v1.add_to_collection(tags.TRAIN_IMAGES, images)
         with mixed_precision.building_in(compute_dtype):
             logits, aux_logits = inception_logits(

@@ -39,18 +39,6 @@ class Schedule:
         if self.kind == "cosine" and self.end_step is None:
             raise ValueError("a cosine schedule needs its end step (--max_steps)")
 
-    def value_at(self, step):
-        """The rate at global step `step`, in Python: the formula the tensor computes."""
-        since = step - self.start_step
-        warm = min(1.0, (since + 1.0) / self.warmup_steps) if self.warmup_steps else 1.0
-        if self.kind == "exponential":
-            return self.initial_rate * self.decay_factor ** (since // self.decay_steps) * warm
-        if self.kind == "cosine":
-            span = max(1, self.end_step - self.start_step - self.warmup_steps)
-            progress = min(1.0, max(0.0, (since - self.warmup_steps) / span))
-            return self.initial_rate * 0.5 * (1.0 + math.cos(math.pi * progress)) * warm
-        return self.initial_rate * warm
-
 
 def rate_tensor(schedule, global_step, name="learning_rate"):
     """A scalar float32 tensor: `schedule`'s rate at `global_step` (an integer tensor)."""

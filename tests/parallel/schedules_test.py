@@ -54,15 +54,15 @@ class ScheduleValuesTest(unittest.TestCase):
         np.testing.assert_allclose(rates(schedule, [0, 19, 20, 39, 40]),
                                    [0.1, 0.1, 0.016, 0.016, 0.1 * 0.16 ** 2], rtol=RTOL)
 
-    def test_the_python_formula_is_the_tensors(self):
-        for schedule in (schedules.Schedule("cosine", 0.4, end_step=50, warmup_steps=5),
-                         schedules.Schedule("exponential", 0.1, decay_steps=7, decay_factor=0.5,
-                                            warmup_steps=3),
-                         schedules.Schedule("constant", 0.2, start_step=10, warmup_steps=4)):
-            steps = list(range(0, 60, 3))
-            np.testing.assert_allclose(rates(schedule, steps),
-                                       [schedule.value_at(s) for s in steps],
-                                       rtol=RTOL, atol=ATOL, err_msg=schedule.kind)
+    def test_a_schedule_counts_from_its_start_step(self):
+        schedule = schedules.Schedule("constant", 0.2, start_step=10, warmup_steps=4)
+        # Steps 10-13 warm up from the start step: 0.2 x (step - 10 + 1) / 4.
+        np.testing.assert_allclose(rates(schedule, [10, 11, 12, 13, 14, 50]),
+                                   [0.05, 0.1, 0.15, 0.2, 0.2, 0.2], rtol=RTOL)
+        decaying = schedules.Schedule("exponential", 0.1, start_step=30, decay_steps=7,
+                                      decay_factor=0.5)
+        np.testing.assert_allclose(rates(decaying, [30, 36, 37, 44]), [0.1, 0.1, 0.05, 0.025],
+                                   rtol=RTOL)
 
     def test_cosine_without_an_end_is_refused(self):
         with self.assertRaisesRegex(ValueError, "max_steps"):

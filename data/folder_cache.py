@@ -30,6 +30,7 @@ import re
 import shutil
 
 from common import files
+from common import holdout
 from data import demo_data
 from data import image_folders
 from data import output_directory
@@ -118,9 +119,9 @@ def folder_layout(folder, validation_fraction=0.0, log=print):
     """(fraction, ((split, directory), ...)) of the absolute `folder`: (0.0, the train and
     validation directories), or (the fraction, (("", the directory of the label folders),)).
     A fraction of 0.0 for label folders is looked up in the cache; BuildError without one."""
-    if not 0.0 <= validation_fraction < 1.0:
-        raise BuildError(f"--validation_fraction={validation_fraction:g} must be at least 0 and "
-                         "below 1, e.g. 0.2 to hold out a fifth of each label's images.")
+    if holdout.fraction_problem(validation_fraction):
+        raise BuildError(f"--validation_fraction={validation_fraction:g} "
+                         f"{holdout.fraction_problem(validation_fraction)}.")
     train, validation = (os.path.join(folder, split) for split in SPLITS)
     if _holds_sub_folders(train) and _holds_sub_folders(validation):
         if validation_fraction:

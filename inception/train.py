@@ -18,6 +18,7 @@ from absl import app
 from absl import flags
 
 from common import cli
+from common import holdout
 from inception.config import cluster as cluster_lib
 from inception.config import plans
 from inception.config import recipe
@@ -37,7 +38,8 @@ flags.DEFINE_string("data_dir", "", "Directory of TFRecord shards (train-*-of-*)
                     "and rebuilt when its files change); empty: the embedded demo data set, "
                     "generated on first use.")
 flags.DEFINE_float("validation_fraction", 0.0, "For a --data_dir of label folders: the fraction "
-                   "of each label's images kept for validation (e.g. 0.2).")
+                   "of each label's images kept for validation (e.g. 0.2; at most "
+                   f"{holdout.MAX_VALIDATION_FRACTION}).")
 flags.DEFINE_enum("dataset", "", ("",) + rules.DATASET_NAMES,
                   "Data set; empty: demo without --data_dir, else read labels.txt there.")
 flags.DEFINE_integer("num_classes", None, "Labels in the data (background excluded); only for "

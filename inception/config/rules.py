@@ -9,6 +9,7 @@ Free of TensorFlow, like settings.py.
 import os
 
 from common import files
+from common import holdout
 from inception.config.plans import OPTIMIZERS
 from inception.config.plans import PlanError
 from inception.config.plans import SCHEDULES
@@ -80,9 +81,12 @@ def _check_counts(settings):
     _at_least(augmentation, ("randaugment_magnitude", "mixup_alpha", "cutmix_alpha"), 0)
     for section, name, most in (
             (augmentation, "randaugment_magnitude", MAX_RANDAUGMENT_MAGNITUDE),
-            (augmentation, "random_erasing", 1), (data, "validation_fraction", 0.9)):
+            (augmentation, "random_erasing", 1)):
         if not 0 <= getattr(section, name) <= most:
             _fail(name, getattr(section, name), f"must be in [0, {most}]")
+    if holdout.fraction_problem(data.validation_fraction):
+        _fail("validation_fraction", data.validation_fraction,
+              holdout.fraction_problem(data.validation_fraction))
     if devices.num_towers and data.batch_size and data.batch_size % devices.num_towers:
         _fail("batch_size", data.batch_size,
               f"does not split evenly over --num_gpus={devices.num_towers} towers; use a "

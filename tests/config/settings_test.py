@@ -66,6 +66,8 @@ class TrainFlagsTest(unittest.TestCase):
             ("--randaugment_magnitude=31", r"--randaugment_magnitude=31 must be in \[0, 30\]"),
             ("--random_erasing=1.5", r"--random_erasing=1.5 must be in \[0, 1\]"),
             ("--mixup_alpha=-1", r"--mixup_alpha=-1.0 must be at least 0\."),
+            ("--validation_fraction=0.95",
+             r"--validation_fraction=0.95 must be in \[0, 0.9\], e.g. 0.2 to hold out"),
         ]
         for flag, pattern in cases:
             with self.subTest(flag=flag):

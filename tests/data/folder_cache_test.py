@@ -241,9 +241,11 @@ class FractionTest(CacheTestCase):
             build(only_train)
         shard_dir, _ = build(only_train, 0.5)
         self.assertEqual(examples(shard_dir, "validation"), [(1, "img1.jpg"), (2, "img1.jpg")])
-        with self.assertRaisesRegex(BuildError, "^--validation_fraction=1 must be at least 0 "
-                                                "and below 1"):
-            build(folder, 1.0)
+        # The flag's own check refuses the same values: one rule, in common/holdout.py.
+        for fraction in (1.0, 0.95, -0.1):
+            with self.assertRaisesRegex(BuildError, f"^--validation_fraction={fraction:g} must "
+                                                    r"be in \[0, 0.9\]"):
+                build(folder, fraction)
         self.assertFalse(os.path.exists(os.path.join(self.cache, "image-folders",
                                                      os.path.basename(folder))))
 

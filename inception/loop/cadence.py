@@ -1,7 +1,10 @@
 """Decides when periodic work is due ("log / summarize / checkpoint now?").
 
 One rule for every cadence, from step counts and/or seconds, instead of scattered `% N` checks;
-`LoopCadences` holds the training loop's.
+`LoopCadences` holds the training loop's. Two kinds: a `Cadence` counts from its last mark (so a
+log line comes N steps after the last one, wherever a run resumed), an `AlignedCadence` falls on
+the global steps that are multiples of N (so validation scores the same steps in a run that was
+stopped and resumed as in one that was not, and its results line up across runs).
 """
 
 
@@ -34,6 +37,17 @@ class Cadence:
             self.mark(step, now)
             return True
         return False
+
+
+class AlignedCadence:
+    """Due at the global steps that are multiples of `every_steps` (0 or None: never)."""
+
+    def __init__(self, every_steps):
+        self.every_steps = every_steps or 0
+
+    def due(self, step):
+        """True when `step` is a positive multiple of `every_steps`."""
+        return self.every_steps > 0 and step > 0 and step % self.every_steps == 0
 
 
 class LoopCadences:

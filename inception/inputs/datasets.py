@@ -140,7 +140,7 @@ def resolve_dataset(name, data_dir, num_labels=None, log=print, validation_fract
     if name == "custom" and not any(tfrecord_format.list_shards(shard_dir, subset)
                                     for subset in ("train", "validation")):
         raise DataError(_no_shards_message(data_dir))
-    label_names = _read_labels(shard_dir)
+    label_names = read_label_names(shard_dir)
     # A known set's sizes are those of its standard build, not of an image folder's split.
     known = KNOWN_DATASETS.get(name) if shard_dir == data_dir else None
     num_labels = num_labels or _label_count(name, shard_dir, label_names, known)
@@ -148,7 +148,7 @@ def resolve_dataset(name, data_dir, num_labels=None, log=print, validation_fract
         raise DataError(f"--num_classes={num_labels} but {shard_dir}/{tfrecord_format.LABELS_FILE}"
                         f" lists {len(label_names)} labels; drop --num_classes or fix the file.")
     return Dataset(name=name, data_dir=data_dir, num_classes=num_labels + 1,
-                   label_names=tuple(label_names),
+                   label_names=label_names,
                    known_examples=dict(known.examples) if known else {}, shard_dir=shard_dir)
 
 
@@ -202,6 +202,12 @@ def _no_shards_message(data_dir):
             f"directory of your shards, or build them from a folder of images with {command}.")
 
 
-def _read_labels(data_dir):
-    path = os.path.join(data_dir, tfrecord_format.LABELS_FILE)
-    return tfrecord_format.read_labels_file(path) if tf.io.gfile.exists(path) else []
+def read_label_names(directory, log=None):
+    """The names in `directory`'s labels.txt (label i is names[i - 1]); () when it has none,
+    noting through `log` that the labels will be shown as numbers."""
+    path = os.path.join(directory, tfrecord_format.LABELS_FILE)
+    if directory and tf.io.gfile.exists(path):
+        return tuple(tfrecord_format.read_labels_file(path))
+    if log is not None:
+        log(f"note: no {path}; labels will be shown as numbers.")
+    return ()

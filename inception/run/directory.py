@@ -27,7 +27,6 @@ from tensorflow.python.checkpoint import checkpoint_management
 
 from common import error_lines
 from common import files
-from data import tfrecord_format
 from inception.config.settings import ModelSettings
 from inception.run import checkpoint_io
 from inception.run import health
@@ -103,15 +102,6 @@ class RunDirectory:
         if tf.io.gfile.exists(path) and files.read_text(path) == text:
             return
         _write_or_explain(path, text)
-
-    def label_names(self, data_dir, log=print):
-        """Label names from the labels.txt of `data_dir`; () with a note when it has none (the
-        labels are then shown as numbers)."""
-        path = os.path.join(data_dir, tfrecord_format.LABELS_FILE)
-        if data_dir and tf.io.gfile.exists(path):
-            return tuple(tfrecord_format.read_labels_file(path))
-        log(f"note: no {path}; labels will be shown as numbers.")
-        return ()
 
     # Finding checkpoints.
 

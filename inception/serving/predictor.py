@@ -89,7 +89,7 @@ def _checkpoint_model(train_dir, log, max_pixels):
     stored = directory.require_settings()
     checkpoint_path = directory.require_checkpoint(log)
     log(f"loading {checkpoint_path}...")
-    label_names = directory.label_names(datasets.labels_dir(stored.data_dir), log)
+    label_names = datasets.read_label_names(datasets.labels_dir(stored.data_dir), log)
     serving_graph = saved_model.build_serving_graph(stored.model, label_names,
                                                     max_pixels=max_pixels)
     serving_graph.graph.finalize()

@@ -199,7 +199,7 @@ def export_training_run(checkpoint_dir, export_dir, checkpoint_path="", top_k=DE
     stored = directory.require_settings()
     checkpoint_path = directory.resolve(checkpoint_path, log)
     check_export_dir(export_dir)
-    label_names = directory.label_names(datasets.labels_dir(stored.data_dir), log)
+    label_names = datasets.read_label_names(datasets.labels_dir(stored.data_dir), log)
     log(f"exporting {checkpoint_path} ({stored.model.image_size} px, "
         f"{stored.model.num_classes - 1} labels)...")
     return export_saved_model(checkpoint_path, stored, label_names, export_dir, top_k,

@@ -15,8 +15,8 @@ import time
 import tensorflow as tf
 
 from inception.inputs import datasets
+from inception.loop import cadence
 from inception.run import best as best_lib
-from inception.run.directory import RunDirectory
 from inception.serving import saved_model
 from inception.validation import job
 from inception.validation import reporting
@@ -37,6 +37,7 @@ class TrainingValidation:
         """settings: settings.ValidationSettings; expected: the validation examples;
         label_names[i - 1] names label i."""
         self.settings, self.eval_graph, self.session_config = settings, eval_graph, session_config
+        self.cadence = cadence.AlignedCadence(settings.eval_every_n_steps)
         self.train_dir, self.expected, self.label_names, self.log = (train_dir, expected,
                                                                      label_names, log)
         self.eval_dir = job.default_eval_dir(self.train_dir, SUBSET)
@@ -47,7 +48,7 @@ class TrainingValidation:
 
     def due(self, step):
         """Whether `step` is one the settings validate at (the end is asked for separately)."""
-        return step % self.settings.eval_every_n_steps == 0
+        return self.cadence.due(step)
 
     def validate(self, checkpoint_path):
         """Scores `checkpoint_path`, publishes the result and keeps a new best; returns whether
@@ -120,19 +121,17 @@ def build(settings, dataset, session_config, log=print, logits_fn=None):
     if not validation.eval_every_n_steps or not settings.is_chief:
         return None
     try:
-        shards = dataset.shards(SUBSET)
-        expected = dataset.num_examples(SUBSET, log)
+        inputs = job.subset_inputs(dataset, SUBSET, log)
     except datasets.DataError as error:
         raise datasets.DataError(f"validation during training (--eval_every_n_steps="
                                  f"{validation.eval_every_n_steps}): {error} Or pass "
                                  "--eval_every_n_steps=0 to train without it.") from None
     if validation.export_best_dir:
         saved_model.check_export_dir(validation.export_best_dir)
-    eval_graph = scoring.build_eval_graph(shards, settings.model, validation.eval_batch_size,
+    eval_graph = scoring.build_eval_graph(inputs.shards, settings.model, validation.eval_batch_size,
                                           strict=settings.data.strict_input, logits_fn=logits_fn)
-    label_names = RunDirectory(settings.train_dir).label_names(dataset.shard_dir, log)
-    log(f"validating on {expected} {SUBSET} examples every "
+    log(f"validating on {inputs.num_examples} {SUBSET} examples every "
         f"{validation.eval_every_n_steps} steps and at the end (best by "
         f"{validation.best_metric}: {os.path.join(settings.train_dir, best_lib.BEST_DIR)})")
     return TrainingValidation(validation, eval_graph, session_config, settings.train_dir,
-                              expected, label_names, log)
+                              inputs.num_examples, inputs.label_names, log)

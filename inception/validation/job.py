@@ -27,6 +27,22 @@ def default_eval_dir(checkpoint_dir, subset):
     return os.path.join(checkpoint_dir, f"eval_{subset}")
 
 
+@dataclasses.dataclass(frozen=True)
+class SubsetInputs:
+    """What scoring a subset needs from its data set: the shards' pattern, the example count
+    and the label names (label i is label_names[i - 1]; () shows numbers)."""
+    shards: str
+    num_examples: int
+    label_names: tuple
+
+
+def subset_inputs(dataset, subset, log=print):
+    """The SubsetInputs of `subset` of the inputs.datasets Dataset, for the evaluation job and
+    validation during training alike; DataError when its shards are missing."""
+    return SubsetInputs(dataset.shards(subset), dataset.num_examples(subset, log),
+                        datasets.read_label_names(dataset.shard_dir, log))
+
+
 def resolve_settings(evaluation, log=print):
     """(ModelSettings, Dataset) from the checkpoint directory, with the overrides of the
     EvalSettings `evaluation`."""
@@ -101,19 +117,19 @@ def _evaluate(evaluation, config, stop, log, logits_fn):
     settings, dataset = resolve_settings(evaluation, log)
     eval_dir = evaluation.eval_dir or default_eval_dir(evaluation.checkpoint_dir,
                                                        evaluation.subset)
-    shards = dataset.shards(evaluation.subset)
-    expected = dataset.num_examples(evaluation.subset, log)
+    inputs = subset_inputs(dataset, evaluation.subset, log)
+    expected = inputs.num_examples
     if evaluation.num_examples:
         expected = min(expected, evaluation.num_examples)
     latest = (RunDirectory(evaluation.checkpoint_dir).require_checkpoint(log)
               if evaluation.run_once else None)
     writer = open_summary_writer(eval_dir)
     try:
-        eval_graph = scoring.build_eval_graph(shards, settings, evaluation.batch_size,
+        eval_graph = scoring.build_eval_graph(inputs.shards, settings, evaluation.batch_size,
                                               evaluation.num_examples, evaluation.strict_input,
                                               logits_fn=logits_fn)
-        label_names = RunDirectory(evaluation.checkpoint_dir).label_names(dataset.shard_dir, log)
-        evaluate = _evaluator(eval_graph, config, expected, (writer, eval_dir, label_names),
+        evaluate = _evaluator(eval_graph, config, expected,
+                              (writer, eval_dir, inputs.label_names),
                               f"{evaluation.subset} examples of {dataset.name}", log)
         if evaluation.run_once:
             results = [evaluate(latest)]

@@ -29,9 +29,9 @@ def default_eval_dir(checkpoint_dir, subset):
 
 @dataclasses.dataclass(frozen=True)
 class SubsetInputs:
-    """What scoring a subset needs from its data set: the shards' pattern, the example count
+    """What scoring a subset needs from its data set: the sorted shard paths, the example count
     and the label names (label i is label_names[i - 1]; () shows numbers)."""
-    shards: str
+    shards: list
     num_examples: int
     label_names: tuple
 

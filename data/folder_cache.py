@@ -119,9 +119,9 @@ def folder_layout(folder, validation_fraction=0.0, log=print):
     """(fraction, ((split, directory), ...)) of the absolute `folder`: (0.0, the train and
     validation directories), or (the fraction, (("", the directory of the label folders),)).
     A fraction of 0.0 for label folders is looked up in the cache; BuildError without one."""
-    if holdout.fraction_problem(validation_fraction):
-        raise BuildError(f"--validation_fraction={validation_fraction:g} "
-                         f"{holdout.fraction_problem(validation_fraction)}.")
+    problem = holdout.fraction_problem(validation_fraction)
+    if problem:
+        raise BuildError(f"--validation_fraction={validation_fraction:g} {problem}.")
     train, validation = (os.path.join(folder, split) for split in SPLITS)
     if _holds_sub_folders(train) and _holds_sub_folders(validation):
         if validation_fraction:

@@ -84,9 +84,9 @@ def _check_counts(settings):
             (augmentation, "random_erasing", 1)):
         if not 0 <= getattr(section, name) <= most:
             _fail(name, getattr(section, name), f"must be in [0, {most}]")
-    if holdout.fraction_problem(data.validation_fraction):
-        _fail("validation_fraction", data.validation_fraction,
-              holdout.fraction_problem(data.validation_fraction))
+    problem = holdout.fraction_problem(data.validation_fraction)
+    if problem:
+        _fail("validation_fraction", data.validation_fraction, problem)
     if devices.num_towers and data.batch_size and data.batch_size % devices.num_towers:
         _fail("batch_size", data.batch_size,
               f"does not split evenly over --num_gpus={devices.num_towers} towers; use a "

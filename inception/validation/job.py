@@ -38,9 +38,10 @@ class SubsetInputs:
 
 def subset_inputs(dataset, subset, log=print):
     """The SubsetInputs of `subset` of the inputs.datasets Dataset, for the evaluation job and
-    validation during training alike; DataError when its shards are missing."""
+    validation during training alike; DataError when its shards are missing. The label names
+    are the ones the Dataset read; labels.txt is looked for again only to note that it is absent."""
     return SubsetInputs(dataset.shards(subset), dataset.num_examples(subset, log),
-                        datasets.read_label_names(dataset.shard_dir, log))
+                        dataset.label_names or datasets.read_label_names(dataset.shard_dir, log))
 
 
 def resolve_settings(evaluation, log=print):

@@ -34,6 +34,7 @@ OPTIONS = {
     "cutmix": ["--cutmix_alpha=1.0"],
     "random_erasing": ["--random_erasing=0.25"],
 }
+TITLES = {"mnist_5k": "MNIST-5k", "orl_faces": "ORL faces"}  # the README's column names
 VALIDATION = re.compile(r"Validation at step (\d+): precision @ 1 = ([0-9.]+)")
 LOSS = re.compile(r"step \d+, loss = ([0-9.]+|nan|inf)")
 
@@ -71,20 +72,22 @@ def parse_configs(text):
 
 
 def table(runs):
-    """The README's markdown table of `runs` (the JSON's list): one row per option and length,
-    precision@1 per data set, seeds side by side (highest mean_loss in brackets)."""
-    datasets = sorted({run["dataset"] for run in runs})
-    lines = ["| option | steps | " + " | ".join(datasets) + " |",
-             "| --- | --- |" + " --- |" * len(datasets)]
-    for steps in sorted({run["steps"] for run in runs}):
-        for config in dict.fromkeys(run["config"] for run in runs):
-            cells = []
-            for dataset in datasets:
-                found = sorted((run["seed"], run) for run in runs if run["steps"] == steps and
-                               run["config"] == config and run["dataset"] == dataset)
-                cells.append(" / ".join(f"{run['precision_at_1']:.2f} ({run['highest_loss']:.1f})"
-                                        for _, run in found) or "-")
-            lines.append(f"| {config} | {steps} | " + " | ".join(cells) + " |")
+    """The README's markdown table of `runs` (the JSON's list): one row per option, one column per
+    data set and length, seeds side by side (highest mean_loss in brackets)."""
+    columns = [(dataset, steps) for steps in sorted({run["steps"] for run in runs})
+               for dataset in dict.fromkeys(run["dataset"] for run in runs)]
+    lines = ["| option | " + " | ".join(f"{TITLES.get(dataset, dataset)}, {steps:,} steps"
+                                        for dataset, steps in columns) + " |",
+             "| --- |" + " --- |" * len(columns)]
+    for config, flags in {run["config"]: run["flags"] for run in runs}.items():
+        cells = []
+        for dataset, steps in columns:
+            found = sorted((run["seed"], run) for run in runs if run["steps"] == steps and
+                           run["config"] == config and run["dataset"] == dataset)
+            cells.append(" / ".join(f"{run['precision_at_1']:.2f} ({run['highest_loss']:.1f})"
+                                    for _, run in found) or "-")
+        title = f"`{' '.join(flags)}`" if flags else f"**the {config}**"
+        lines.append(f"| {title} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -17,6 +17,7 @@ session config repeats them.
 
 import dataclasses
 import math
+import os
 
 import tensorflow as tf
 
@@ -183,9 +184,29 @@ def session_config(placement, intra_op_threads=0, inter_op_threads=0):
     return config
 
 
-def cpu_supports_bf16(cpuinfo_path=machine.CPUINFO):
-    """True when the CPU has bf16 matrix instructions (AVX512-BF16 or AMX-BF16)."""
+# oneDNN's instruction-set caps (ONEDNN_MAX_CPU_ISA) under which it still has bf16 matmul and
+# convolution kernels; below them (e.g. AVX2 on an AVX-512 machine) a bf16 op aborts the process
+# with "could not create a primitive descriptor", because TensorFlow trusts the CPU's flags.
+ONEDNN_BF16_ISA_CAPS = frozenset((
+    "ALL", "DEFAULT", "AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX10_1_512", "AVX512_CORE_AMX",
+    "AVX10_1_512_AMX", "AVX512_CORE_AMX_FP16", "AVX10_1_512_AMX_FP16"))
+
+
+def onednn_isa_cap(environ=None):
+    """The instruction-set cap the user gave oneDNN (ONEDNN_MAX_CPU_ISA, or its older name
+    DNNL_MAX_CPU_ISA), upper-cased; None when neither is set."""
+    environ = os.environ if environ is None else environ
+    cap = environ.get("ONEDNN_MAX_CPU_ISA") or environ.get("DNNL_MAX_CPU_ISA")
+    return cap.strip().upper() if cap and cap.strip() else None
+
+
+def cpu_supports_bf16(cpuinfo_path=machine.CPUINFO, environ=None):
+    """True when the CPU has bf16 matrix instructions (AVX512-BF16 or AMX-BF16) and oneDNN is
+    allowed to use them (no ONEDNN_MAX_CPU_ISA cap below AVX512_CORE_BF16)."""
     flags = machine.cpu_flags(cpuinfo_path)
+    cap = onednn_isa_cap(environ)
+    if cap is not None and cap not in ONEDNN_BF16_ISA_CAPS:
+        return False
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
@@ -206,8 +227,11 @@ def check_precision(precision, placement, bf16_cpu=None, gpus=None):
                 "use --precision=fp16 there (dynamic loss scaling) or fp32.")
     if precision == "bf16" and placement.device_type == "cpu":
         if not (cpu_supports_bf16() if bf16_cpu is None else bf16_cpu):
+            cap = onednn_isa_cap()
+            reason = (f"ONEDNN_MAX_CPU_ISA={cap} keeps oneDNN from them: unset it or"
+                      if cap and cpu_supports_bf16(environ={}) else "this one has neither:")
             raise PlacementError("--precision=bf16 needs a CPU with AVX512-BF16 or AMX "
-                                 "instructions; this one has neither, use --precision=fp32.")
+                                 f"instructions; {reason} use --precision=fp32.")
     if precision == "fp16" and placement.device_type != "gpu":
         raise PlacementError("--precision=fp16 needs GPU towers; on this CPU use "
                              "--precision=bf16 (if it has bf16 instructions) or fp32.")

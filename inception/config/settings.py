@@ -117,11 +117,16 @@ class AugmentationSettings:
 @dataclasses.dataclass(frozen=True)
 class DeviceSettings:
     """Where and in which arithmetic the towers run. num_towers: one per GPU by default, or
-    virtual CPU devices without GPUs; intra/inter_op_threads 0: TensorFlow decides."""
+    virtual CPU devices without GPUs; intra/inter_op_threads 0: TensorFlow decides.
+    variable_update: 'parameter_server' (the variables on `variable_device`), 'replicated' (a
+    copy on every tower's device, gradients summed by an all-reduce packed into
+    all_reduce_buffers buffers) or 'auto' (parallel/devices.py decides)."""
     num_towers: int = None
     virtual_gpu_memory_mb: int = 0
     precision: str = "fp32"
-    variable_device: str = "auto"
+    variable_update: str = rules.AUTO
+    variable_device: str = rules.AUTO
+    all_reduce_buffers: int = rules.DEFAULT_ALL_REDUCE_BUFFERS
     xla: bool = False
     intra_op_threads: int = 0
     inter_op_threads: int = 0

@@ -16,6 +16,7 @@ from inception import distributed
 from inception.driver import lr_range
 from inception.driver import resolution
 from inception.inputs import pipeline
+from inception.loop import resume
 from inception.loop import session_loop
 from inception.loop.session_loop import timestamped
 from inception.model import network
@@ -71,7 +72,8 @@ def graph_builder(run, replica, learning_rate=None):
             wrap_optimizer=replica.wrap_optimizer if replica else None,
             initial_loss_scale=placement.initial_loss_scale,
             variable_device=placement.variable_device, stage_inputs=placement.stage_inputs,
-            learning_rate=learning_rate, max_steps=settings.loop.max_steps)
+            learning_rate=learning_rate, max_steps=settings.loop.max_steps,
+            all_reduce=placement.all_reduce)
     return build_graph
 
 
@@ -156,6 +158,7 @@ def find_learning_rate(settings, test, plot_path, log=print):
         session.run(init)
         if restore is not None:
             restore(session)
+        resume.fill_copies(session, built)
         session.run([local_init, built.input_initializer])
         if built.input_fill is not None:
             session.run(built.input_fill)

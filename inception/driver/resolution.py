@@ -37,8 +37,7 @@ def resolve_run(settings, log=print):
 
     Raises ValueError subclasses with a message that says what to do.
     """
-    placement = devices.resolve_placement(settings.devices,
-                                          distributed=settings.cluster is not None)
+    placement = devices.resolve_placement(settings.devices, settings.cluster)
     stored = stored_run(settings.train_dir)
     dataset = resolve_dataset(settings.data, stored, log)
     filled = settings_lib.fill_defaults(settings, dataset.defaults)

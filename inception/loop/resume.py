@@ -1,5 +1,7 @@
 """How a run's session starts: fresh (initialize, then an optional pretrained restore) or
-resumed from a checkpoint (which may lack optimizer state of a changed plan)."""
+resumed from a checkpoint (which may lack optimizer state of a changed plan). Either way, with
+replicated variables every device's copies are then filled from the variables (a checkpoint
+holds one copy)."""
 
 import tensorflow as tf
 
@@ -22,8 +24,16 @@ def prepare_fresh_start(train_graph, make_initializer):
         if initialize is not None:
             initialize(session)
         session.run(sync)
+        fill_copies(session, train_graph)
         return 0
     return start
+
+
+def fill_copies(session, train_graph):
+    """Sets every device's copies to the variables' values (replicated variables; nothing
+    otherwise): after anything that initializes or restores the variables."""
+    if train_graph.copy_to_replicas is not None:
+        session.run(train_graph.copy_to_replicas)
 
 
 def prepare_resume(checkpoint, train_graph, saved_variables, log):
@@ -53,6 +63,7 @@ def prepare_resume(checkpoint, train_graph, saved_variables, log):
         session.run(init_missing)
         restorer.restore(session, checkpoint)
         session.run(sync)
+        fill_copies(session, train_graph)
         if missing:
             log(f"note: {len(missing)} optimizer or averaging variables are not in {checkpoint} "
                 "(the training plan changed); they start fresh.")

@@ -21,6 +21,7 @@ from inception.loop import replica as replica_lib
 from inception.loop import resume
 from inception.loop.cadence import LoopCadences
 from inception.loop.stop_request import StopRequest
+from inception.parallel import copies as copies_lib
 from inception.parallel import step_graph as step_graph_lib
 from inception.run.checkpoint_io import step_of
 from inception.run.directory import RunDirectory
@@ -137,7 +138,7 @@ def _build_run(build_graph, settings, replica, checkpoint, make_initializer, log
     graph = tf.Graph()
     with graph.as_default(), replica.device_scope():
         train_graph = build_graph()
-        saved_variables = {v.op.name: v for v in tf1.global_variables()}
+        saved_variables = copies_lib.saved_variables(tf1.global_variables())
         # Relative names in TensorFlow's `checkpoint` file: the directory stays usable when it
         # is copied or moved (run/directory.py).
         saver = tf1.train.Saver(
@@ -384,6 +385,7 @@ class _Loop:
                 self.saver.restore(self.session, healthy)
             except tf.errors.OpError:
                 return None  # an older run's checkpoint of another plan: a rerun resumes it
+            resume.fill_copies(self.session, self.graph)
 
         self.unverified = None
         return healthy

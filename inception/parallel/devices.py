@@ -23,6 +23,9 @@ import tensorflow as tf
 
 from common import machine
 from inception.config import recipe
+from inception.config import rules
+from inception.parallel import all_reduce as all_reduce_lib
+from inception.parallel import variable_update
 
 tf1 = tf.compat.v1
 DEFAULT_CPU_TOWERS = 2
@@ -296,6 +299,9 @@ class Placement:
     compute_dtype: the dtype GPU towers are built in (bfloat16 / float16), None for float32
       (and for CPU towers, whose bf16 comes from oneDNN's rewrite in the session config).
     initial_loss_scale: dynamic loss scaling starts at this scale (fp16); None: off.
+    all_reduce: with replicated variables (--variable_update), how the towers' gradients are
+      summed (all_reduce.AllReduceSpec); the variables' own copy is then on the first tower's
+      device, `variable_device`. None: the variables live on `variable_device` alone.
     """
     towers: TowerPlacement
     variable_device: str
@@ -305,6 +311,12 @@ class Placement:
     xla: bool = False
     intra_op_threads: int = 0
     inter_op_threads: int = 0
+    all_reduce: all_reduce_lib.AllReduceSpec = None
+
+    @property
+    def variable_update(self):
+        """'replicated' or 'parameter_server'."""
+        return rules.REPLICATED if self.all_reduce is not None else rules.PARAMETER_SERVER
 
     @property
     def num_towers(self):
@@ -332,6 +344,8 @@ class Placement:
         """The log line's part about the arithmetic and what moves where, e.g. "bf16; inputs
         staged on the GPUs; XLA"."""
         extras = "".join([
+            f"; variables replicated on every tower, {self.all_reduce.describe()}"
+            if self.all_reduce is not None else
             f"; variables on {self.variable_device.strip('/').upper()}"
             if self.variable_device != VARIABLE_DEVICE_NAMES["cpu"] else "",
             "; inputs staged on the GPUs" if self.stage_inputs else "",
@@ -339,24 +353,33 @@ class Placement:
         return f"{self.precision}{extras}"
 
 
-def resolve_placement(device_settings, distributed=False):
-    """The Placement of config.settings.DeviceSettings on this machine: towers planned, this
-    process's GPU options set (before anything creates the devices: configure_gpus), the
-    precision checked against the hardware and turned into the towers' arithmetic, the
-    variables placed. Raises PlacementError saying what to do."""
+def resolve_placement(device_settings, cluster=None):
+    """The Placement of config.settings.DeviceSettings on this machine (a worker of `cluster`,
+    a config.cluster.ClusterSettings, when given): towers planned, this process's GPU options
+    set (before anything creates the devices: configure_gpus), the precision checked against
+    the hardware and turned into the towers' arithmetic, the variables placed or replicated.
+    Raises PlacementError saying what to do."""
     towers = plan_towers(device_settings.num_towers, count_gpus(),
                          device_settings.virtual_gpu_memory_mb)
     configure_gpus(towers)
     precision = device_settings.precision
     check_precision(precision, towers)
+    update = variable_update.choose(device_settings.variable_update, towers, cluster,
+                                    device_settings.variable_device)
+    if update == rules.REPLICATED:
+        variable_device = towers.tower_devices[0]
+        spec = variable_update.all_reduce_spec(towers, device_settings.all_reduce_buffers,
+                               cluster.num_workers if cluster is not None else 1)
+    else:
+        variable_device = check_variable_device(device_settings.variable_device, towers,
+                                                cluster is not None)
+        spec = None
     return Placement(
-        towers=towers,
-        variable_device=check_variable_device(device_settings.variable_device, towers,
-                                              distributed),
+        towers=towers, variable_device=variable_device,
         precision=precision, compute_dtype=tower_compute_dtype(precision, towers),
         initial_loss_scale=recipe.INITIAL_LOSS_SCALE if precision == "fp16" else None,
         xla=device_settings.xla, intra_op_threads=device_settings.intra_op_threads,
-        inter_op_threads=device_settings.inter_op_threads)
+        inter_op_threads=device_settings.inter_op_threads, all_reduce=spec)
 
 
 def evaluation_session_config():

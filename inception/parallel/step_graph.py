@@ -21,17 +21,18 @@ import tensorflow as tf
 
 from inception.config import plans
 from inception.config import recipe
-from inception.config import tags
+from inception.parallel import all_reduce as all_reduce_lib
+from inception.parallel import copies as copies_lib
 from inception.parallel import gpu_prefetch
 from inception.parallel import loss_scaling
 from inception.parallel import optimizers as optimizers_lib
 from inception.parallel import schedules
+from inception.parallel import summaries
 from inception.parallel import towers as towers_lib
 
 tf1 = tf.compat.v1
 
 DEFAULT_VARIABLE_DEVICE = "/cpu:0"  # as in the original; the run's Placement decides
-SUMMARY_DEVICE = "/cpu:0"  # TensorFlow's summary ops have CPU kernels only
 MICRO_BATCH_INPUTS = "micro_batch_inputs"  # graph collection: each tower's input copies
 
 
@@ -66,6 +67,9 @@ class TrainGraph:
     loss_scaled: dynamic loss scaling is on (fp16): a step whose gradients overflow skips its
     update by design, so only a non-finite loss means divergence.
     examples_per_step: the input batch of one step (this task's global batch).
+    copy_to_replicas: with replicated variables, the op that fills every device's copies from
+    the variables themselves (copies.VariableCopies.fill_op): run after every initialization
+    or restore; None with variables on one device.
     """
     global_step: tf.Variable
     plan: plans.TrainingPlan
@@ -76,6 +80,7 @@ class TrainGraph:
     examples_per_step: int = None
     input_fill: tf.Operation = None
     loss_scaled: bool = False
+    copy_to_replicas: tf.Operation = None
 
     @property
     def skipped_variables(self):
@@ -97,63 +102,79 @@ def warmed_up_decay(max_decay, global_step):
 def build_train_graph(input_batch, make_model_fn, optimization, tower_devices,
                       examples_per_epoch, histograms=False, wrap_optimizer=None,
                       initial_loss_scale=None, variable_device=DEFAULT_VARIABLE_DEVICE,
-                      stage_inputs=False, learning_rate=None, max_steps=None):
+                      stage_inputs=False, learning_rate=None, max_steps=None,
+                      all_reduce=None):
     """Builds the towers once and one train op per stage of `optimization`'s plan.
 
     Args:
       input_batch: inputs.pipeline.InputBatch of one update: the global batch times
         `optimization.accumulate_steps` (that many micro-batches, each split over the towers).
       make_model_fn: callable(batch_norm_decay) -> model_fn(images, labels) -> {term: loss}.
-      optimization: settings.OptimizationSettings, resolved (settings.with_defaults): its plan
-        (None: everything in one stage), schedule and accumulate_steps.
-      tower_devices: one device name per tower, e.g. ['/cpu:0', '/cpu:1'].
+      optimization: settings.OptimizationSettings (settings.with_defaults): its plan (None:
+        one stage), schedule and accumulate_steps; tower_devices: one device name per tower.
       examples_per_epoch: examples in the training subset (the schedule decays per epoch).
       histograms: add gradient and variable histograms to the summaries (costly).
       wrap_optimizer: optional callable(optimizer, moving_average, variables) -> an optimizer
-        whose apply_gradients also updates `moving_average` of `variables` (distributed/worker.py:
-        synchronous replicas, whose chief applies both once per global step).
-      initial_loss_scale: turns on dynamic loss scaling (loss_scaling.py; for fp16 towers)
-        starting at this scale; None: off. Not combinable with wrap_optimizer.
-      variable_device: where the variables, the gradient averaging and the updates run (the
-        CPU, as in the original; the first GPU on one-GPU machines, devices.py).
+        whose apply_gradients also updates `moving_average` of `variables` (synchronous
+        replicas: distributed/worker.py); never with the next or all_reduce (config/rules.py).
+      initial_loss_scale: dynamic loss scaling (loss_scaling.py) from this scale; None: off.
+      variable_device: where the variables, the gradient averaging and the updates run
+        (devices.py decides); with `all_reduce`, the first tower's device.
       stage_inputs: copy each tower's input to its device a step ahead (gpu_prefetch.py; GPUs).
       learning_rate: a scalar float32 tensor every stage uses instead of its own rate (the
         range test feeds it); None: the schedules; max_steps: where a cosine one reaches zero.
+      all_reduce: all_reduce.AllReduceSpec: replicated variables (copies.py); None: the
+        variables on `variable_device` alone (parameter_server).
 
-    Returns TrainGraph; raises plans.PlanError when a stage selects no variable or its loss
-    reaches none of its variables.
+    Returns TrainGraph; raises plans.PlanError for a stage whose loss reaches no variable.
     """
     plan = optimization.training_plan().validate()
+    assert wrap_optimizer is None or (initial_loss_scale is None and all_reduce is None)
     examples_per_step = int(input_batch.images.shape[0])
     global_step = tf1.train.get_or_create_global_step()
-    run_schedule = schedules.run_schedule(optimization, examples_per_epoch / examples_per_step,
-                                          max_steps)
     with tf.device(variable_device):
-        schedule = learning_rate if learning_rate is not None else schedules.rate_tensor(
-            run_schedule, global_step)
+        run_schedule, schedule = _schedule(optimization, examples_per_epoch / examples_per_step,
+                                           max_steps, learning_rate, global_step)
         bn_decay = warmed_up_decay(recipe.BATCH_NORM_DECAY, global_step)
-    towers, staged = _build_towers(input_batch, make_model_fn(bn_decay),
-                                   list(tower_devices) * optimization.accumulate_steps,
-                                   variable_device, stage_inputs, optimization.accumulate_steps)
-    regularization = towers_lib.regularization_loss(variable_device)
+    copies, reducer = _replication(tower_devices, all_reduce)
+    towers, staged = _build_towers(input_batch, make_model_fn(bn_decay), tower_devices,
+                                   variable_device, stage_inputs, optimization.accumulate_steps,
+                                   copies)
+    regularization = towers_lib.regularization_loss(
+        variable_device, copies.regularization_terms(0) if copies else None)
     with tf.device(variable_device):
-        moving_average = _averages_of_every_variable(global_step)
+        moving_average = _averages_of_every_variable(global_step, copies)
         loss_scale = None if initial_loss_scale is None else loss_scaling.create_loss_scale(
             initial_loss_scale)
-    # The user-facing rule (no fp16 on a cluster) lives in settings.py; this is its invariant.
-    assert loss_scale is None or wrap_optimizer is None, "loss scaling with sync replicas"
     step_extras = towers_lib.batch_norm_updates(towers) + ([staged.put_op] if staged else [])
     shared = _SharedParts(towers, regularization, schedule, bn_decay, global_step,
                           moving_average, step_extras, input_batch, histograms,
                           len(plan.stages) == 1, variable_device, wrap_optimizer, loss_scale,
-                          learning_rate is not None, plan, run_schedule)
+                          learning_rate is not None, plan, run_schedule, copies, reducer)
     stage_ops = [_build_stage(stage, index, shared) for index, stage in enumerate(plan.stages)]
     one_micro_batch_at_a_time(towers, stage_ops, len(tower_devices))
     return TrainGraph(global_step=global_step, plan=plan, stages=stage_ops,
                       corrupt_records=input_batch.corrupt_records,
                       input_initializer=input_batch.initializer, moving_average=moving_average,
                       examples_per_step=examples_per_step, loss_scaled=loss_scale is not None,
-                      input_fill=staged.put_op if staged else None)
+                      input_fill=staged.put_op if staged else None,
+                      copy_to_replicas=copies.fill_op() if copies else None)
+
+
+def _schedule(optimization, steps_per_epoch, max_steps, learning_rate, global_step):
+    """(schedules.Schedule of the run, the rate tensor: `learning_rate` when fed)."""
+    run_schedule = schedules.run_schedule(optimization, steps_per_epoch, max_steps)
+    return run_schedule, (learning_rate if learning_rate is not None
+                          else schedules.rate_tensor(run_schedule, global_step))
+
+
+def _replication(tower_devices, all_reduce):
+    """(copies.VariableCopies, all_reduce.GradientReducer) of replicated variables on
+    `tower_devices`, or (None, None)."""
+    if all_reduce is None:
+        return None, None
+    return (copies_lib.VariableCopies(tower_devices),
+            all_reduce_lib.GradientReducer(tower_devices, all_reduce))
 
 
 def one_micro_batch_at_a_time(towers, stage_ops, num_towers):
@@ -180,9 +201,11 @@ def one_micro_batch_at_a_time(towers, stage_ops, num_towers):
 
 
 def _build_towers(input_batch, model_fn, tower_devices, variable_device, stage_inputs,
-                  micro_batches):
-    """Splits the global batch over the towers (staged on their devices one step ahead when
-    `stage_inputs`) and builds them; returns (towers, gpu_prefetch.StagedInputs or None)."""
+                  micro_batches, copies):
+    """Splits the global batch over the towers, `micro_batches` times `tower_devices` (staged
+    on their devices one step ahead when `stage_inputs`) and builds them (each on its device's
+    copies with `copies`); returns (towers, gpu_prefetch.StagedInputs or None)."""
+    tower_devices = list(tower_devices) * micro_batches
     tower_inputs = towers_lib.split_batch((input_batch.images, input_batch.labels),
                                           len(tower_devices))
     staged = gpu_prefetch.stage_on_devices(tower_inputs, tower_devices) if stage_inputs else None
@@ -190,8 +213,8 @@ def _build_towers(input_batch, model_fn, tower_devices, variable_device, stage_i
         tower_inputs = staged.tower_inputs
     if micro_batches > 1:
         model_fn = _with_held_inputs(model_fn)
-    return (towers_lib.build_towers(model_fn, tower_inputs, tower_devices, variable_device),
-            staged)
+    return (towers_lib.build_towers(model_fn, tower_inputs, tower_devices, variable_device,
+                                    copies), staged)
 
 
 def _with_held_inputs(model_fn):
@@ -205,12 +228,12 @@ def _with_held_inputs(model_fn):
     return held_model_fn
 
 
-def _averages_of_every_variable(global_step):
-    # Every trainable variable gets its average now, whatever the stages train, so that
-    # checkpoints always hold the averages evaluation restores.
+def _averages_of_every_variable(global_step, copies):
+    # Every trainable variable (and each copy of one) gets its average now, whatever the
+    # stages train, so that checkpoints always hold the averages evaluation restores.
     moving_average = tf1.train.ExponentialMovingAverage(recipe.MOVING_AVERAGE_DECAY,
                                                         num_updates=global_step)
-    moving_average.apply(tf1.trainable_variables())
+    moving_average.apply(tf1.trainable_variables() + (copies.all_copies() if copies else []))
     return moving_average
 
 
@@ -240,6 +263,8 @@ class _SharedParts:
     rate_fed: bool = False  # every stage takes `schedule`, whatever its plan says
     plan: plans.TrainingPlan = None
     run_schedule: schedules.Schedule = None
+    copies: copies_lib.VariableCopies = None  # replicated variables; None: parameter_server
+    reducer: all_reduce_lib.GradientReducer = None  # sums the copies' gradients
 
 
 def _build_stage(stage, index, shared):
@@ -251,10 +276,7 @@ def _build_stage(stage, index, shared):
         with tf.device(shared.variable_device):
             tower_losses = tf.stack(tower_totals, name="tower_losses")
             mean_loss = towers_lib.mean_over_towers(tower_totals)
-        scale = shared.loss_scale.scale if shared.loss_scale else None
-        gradients = towers_lib.build_gradients(shared.towers, var_list, shared.regularization,
-                                               stage.loss_terms, device=shared.variable_device,
-                                               loss_scale=scale)
+        gradients = _gradients(shared, var_list, stage.loss_terms)
         if not gradients.grads_and_vars:
             terms = ", ".join(stage.loss_terms or sorted(shared.towers[0].loss_terms))
             raise plans.PlanError(
@@ -268,18 +290,35 @@ def _build_stage(stage, index, shared):
             learning_rate = (shared.schedule if own is None or shared.rate_fed
                              else schedules.rate_tensor(own, shared.global_step))
             optimizer = optimizers_lib.make_optimizer(stage, learning_rate, shared.single_stage)
-            update_ops = _update_ops(optimizer, gradients.grads_and_vars, trained, shared)
+            update_ops = _update_ops(optimizer, gradients.to_apply, shared)
             train_op = tf.group(*update_ops, *shared.step_extras, name="train_op")
-        summary_op = _summaries(shared, stage, index, tower_totals, mean_loss, learning_rate,
-                                gradients.grads_and_vars)
+        summary_op = summaries.step_summaries(
+            shared.towers, tower_totals, stage.loss_terms, index, mean_loss, learning_rate,
+            gradients.grads_and_vars, shared.input_batch, shared.regularization,
+            shared.bn_decay, shared.loss_scale, shared.histograms)
     return StageOps(stage=stage, train_op=train_op, tower_losses=tower_losses,
                     tower_gradient_norms=gradients.tower_norms, mean_loss=mean_loss,
                     learning_rate=learning_rate, summary_op=summary_op,
                     variables=[v.op.name for v in trained], skipped=gradients.skipped)
 
 
-def _update_ops(optimizer, grads_and_vars, trained, shared):
-    """Ops applying the averaged gradients and then the moving averages of `trained`."""
+def _gradients(shared, var_list, loss_terms):
+    """towers.AveragedGradients of `var_list` for the stage's `loss_terms`: averaged on the
+    variable device, or on every device's copies when replicated."""
+    scale = shared.loss_scale.scale if shared.loss_scale else None
+    if shared.copies is None:
+        return towers_lib.build_gradients(shared.towers, var_list, shared.regularization,
+                                          loss_terms, device=shared.variable_device,
+                                          loss_scale=scale)
+    return towers_lib.build_replicated_gradients(
+        shared.towers, var_list, shared.regularization, shared.copies, shared.reducer.sum,
+        loss_terms, scale, shared.reducer.spec.num_workers)
+
+
+def _update_ops(optimizer, grads_and_vars, shared):
+    """Ops applying the averaged gradients and then the moving averages of the variables (or
+    copies) they update."""
+    trained = [variable for _, variable in grads_and_vars]
     if shared.wrap_optimizer is not None:
         wrapped = shared.wrap_optimizer(optimizer, shared.moving_average, trained)
         return [wrapped.apply_gradients(grads_and_vars, global_step=shared.global_step)]
@@ -293,62 +332,6 @@ def _update_ops(optimizer, grads_and_vars, trained, shared):
         return apply_and_average()
     return [loss_scaling.apply_if_finite(grads_and_vars, apply_and_average, shared.global_step,
                                          shared.loss_scale)]
-
-
-def scalar_summary(tag, value):
-    """A scalar summary with exactly `tag` (tf.summary.scalar would uniquify it to e.g.
-    `mean_loss_1` because an op of that name exists)."""
-    return tf.raw_ops.ScalarSummary(tags=tag, values=tf.cast(value, tf.float32))
-
-
-def _training_precision():
-    """[the precision@1 summary of the training batches] when the model collected its logits
-    and labels (tags.TRAIN_LOGITS), else []. Built with the summaries, after every random op,
-    so the training's random streams do not depend on it."""
-    logits, labels = tf1.get_collection(tags.TRAIN_LOGITS), tf1.get_collection(tags.TRAIN_LABELS)
-    if not logits:
-        return []
-    correct = [tf.reduce_mean(tf.cast(tf.math.in_top_k(tower_labels, tower_logits, 1),
-                                      tf.float32))
-               for tower_logits, tower_labels in zip(logits, labels)]
-    return [scalar_summary(tags.PRECISION_AT_1, tf.add_n(correct) / len(correct))]
-
-
-def _summaries(shared, stage, index, tower_totals, mean_loss, learning_rate, grads_and_vars):
-    """TensorBoard summaries of one step of `stage`, merged into one op (run only when due)."""
-    input_batch = shared.input_batch
-    with tf.device(SUMMARY_DEVICE), tf.name_scope("summaries"):
-        summaries = [scalar_summary(tags.MEAN_LOSS, mean_loss),
-                     scalar_summary(tags.REGULARIZATION_LOSS, shared.regularization),
-                     scalar_summary(tags.LEARNING_RATE, learning_rate),
-                     scalar_summary(tags.BATCH_NORM_DECAY, shared.bn_decay),
-                     scalar_summary(tags.STAGE, index),
-                     *([scalar_summary(tags.LOSS_SCALE, shared.loss_scale.scale)]
-                       if shared.loss_scale else []),
-                     scalar_summary(tags.CORRUPT_RECORDS, input_batch.corrupt_records)]
-        for tower, total in zip(shared.towers, tower_totals):
-            summaries.append(scalar_summary(tags.tower_loss(tower.index), total))
-            terms = stage.loss_terms or sorted(tower.loss_terms)
-            for name in terms:
-                summaries.append(scalar_summary(tags.tower_loss(tower.index, name),
-                                                tower.loss_terms[name]))
-        summaries.extend(_training_precision())
-        grads = [grad for grad, _ in grads_and_vars]
-        summaries.append(scalar_summary(tags.GRADIENT_NORM, tf.linalg.global_norm(grads)))
-        trained = (tf1.get_collection(tags.TRAIN_IMAGES) or [input_batch.images])[0]
-        if trained.shape.rank == 4 and trained.shape[-1] in (1, 3):
-            shown = tf.image.convert_image_dtype((trained[:3] + 1.0) / 2.0, tf.uint8,
-                                                 saturate=True)
-            summaries.append(tf.raw_ops.ImageSummary(tag=tags.INPUT_IMAGES, tensor=shown,
-                                                     max_images=3))
-        if shared.histograms:
-            for grad, variable in grads_and_vars:
-                name = variable.op.name
-                summaries.append(tf.raw_ops.HistogramSummary(tag=f"gradients/{name}",
-                                                             values=grad))
-                summaries.append(tf.raw_ops.HistogramSummary(tag=f"variables/{name}",
-                                                             values=variable))
-        return tf1.summary.merge(summaries)
 
 
 def describe_stage(graph, index, end_step):

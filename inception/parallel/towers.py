@@ -1,4 +1,4 @@
-"""Towers: one replica of the model per device, sharing variables kept on one device.
+"""Towers: one replica of the model per device, and their gradients averaged.
 
 This module knows nothing about Inception: it takes a `model_fn(*tower_inputs) -> {term: loss}`
 and works for any model, which is what lets tests compare N towers with one device on a small
@@ -8,6 +8,11 @@ Variables are created by tower 0 and reused by the others through the *variable*
 they are named `InceptionV3/...` whatever the tower; each tower's ops live under the *name*
 scope `tower_i/`. Select variables by variable scope (see `variables_in_scopes`), never by a
 tower's name scope.
+
+Two ways to share them (--variable_update): `parameter_server`, the original's, keeps them on
+one device, where the towers' gradients are averaged and applied (`build_gradients`);
+`replicated` gives every device its own copy (copies.py), sums the gradients on every device
+with an all-reduce and applies the same average to every copy (`build_replicated_gradients`).
 """
 
 import dataclasses
@@ -41,13 +46,23 @@ class Tower:
 class AveragedGradients:
     """Gradients averaged over towers, ready for `optimizer.apply_gradients`.
 
+    grads_and_vars: the averaged gradient of each variable the loss reaches (replicated: the
+      first device's).
     skipped: names of variables of the var_list that no tower's loss reaches (left out).
     tower_norms: float32 [num_towers], the global norm of each tower's gradients (scaled by the
       loss scale when there is one): a NaN or Inf names the towers whose update was not finite.
+    every_copy: replicated variables only: every device's (averaged gradient, its copy), the
+      first device's first; empty otherwise.
     """
     grads_and_vars: list
     skipped: list
     tower_norms: tf.Tensor = None
+    every_copy: list = ()
+
+    @property
+    def to_apply(self):
+        """The (gradient, variable) pairs the optimizer applies: every copy when replicated."""
+        return list(self.every_copy) or list(self.grads_and_vars)
 
 
 def variables_on(variable_device, compute_device):
@@ -75,14 +90,18 @@ def split_batch(tensors, num_towers):
     return [tuple(part[index] for part in parts) for index in range(num_towers)]
 
 
-def build_towers(model_fn, tower_inputs, devices, variable_device="/cpu:0"):
+def build_towers(model_fn, tower_inputs, devices, variable_device="/cpu:0",
+                 variable_copies=None):
     """Builds one tower per device; variables are created by tower 0 and shared.
 
     Args:
       model_fn: callable(*inputs) -> {term name: scalar float32 loss (mean over the tower batch)}.
       tower_inputs: list of input tuples, one per tower.
       devices: list of device names, one per tower.
-      variable_device: where every variable lives.
+      variable_device: where every variable lives (parameter_server).
+      variable_copies: copies.VariableCopies of the distinct devices (replicated variables):
+        tower t uses the copies of device t % len(variable_copies.devices), kept on that
+        device, instead.
 
     Returns:
       A list of `Tower`.
@@ -91,10 +110,15 @@ def build_towers(model_fn, tower_inputs, devices, variable_device="/cpu:0"):
         raise ValueError(f"{len(tower_inputs)} tower inputs for {len(devices)} devices")
     towers = []
     for index, (inputs, device) in enumerate(zip(tower_inputs, devices)):
-        with tf1.device(variables_on(variable_device, device)), \
+        if variable_copies is None:
+            placed, getter = variables_on(variable_device, device), None
+        else:
+            placed = device
+            getter = variable_copies.custom_getter(index % len(variable_copies.devices))
+        with tf1.device(placed), \
                 tf.name_scope(f"tower_{index}") as name_scope, \
                 tf1.variable_scope(tf1.get_variable_scope(), reuse=index > 0,
-                                   auxiliary_name_scope=False):
+                                   custom_getter=getter, auxiliary_name_scope=False):
             loss_terms = model_fn(*inputs)
         if not loss_terms:
             raise ValueError("model_fn returned no loss terms")
@@ -102,13 +126,35 @@ def build_towers(model_fn, tower_inputs, devices, variable_device="/cpu:0"):
     return towers
 
 
-def regularization_loss(variable_device="/cpu:0"):
-    """Sum of the graph's regularization losses (created once, with the variables), or 0: a
-    float32 scalar (terms of layers built in bf16/fp16 are cast up)."""
+def regularization_loss(variable_device="/cpu:0", terms=None):
+    """Sum of the graph's regularization losses (or of `terms`, a list of them), one per
+    variable, or 0: a float32 scalar (terms of layers built in bf16/fp16 are cast up).
+
+    One per variable because a layer adds its weights' term again in every tower when a
+    custom getter hands it a cast of the variable rather than the variable (bf16/fp16 towers,
+    mixed_precision.py): it cannot tell that it reuses a weight.
+    """
+    if terms is None:
+        terms = tf1.get_collection(tf1.GraphKeys.REGULARIZATION_LOSSES)
+    first_of_each = {}
+    for loss in terms:
+        first_of_each.setdefault(regularized_variable(loss) or loss.op.name, loss)
     with tf.device(variable_device), tf.name_scope("regularization"):
-        losses = [tf.cast(loss, tf.float32)
-                  for loss in tf1.get_collection(tf1.GraphKeys.REGULARIZATION_LOSSES)]
+        losses = [tf.cast(loss, tf.float32) for loss in first_of_each.values()]
         return tf.add_n(losses, name="total") if losses else tf.constant(0.0, name="total")
+
+
+def regularized_variable(loss):
+    """The name of the variable a regularization loss reads, found by walking back through its
+    few ops; None when it reads none."""
+    pending, seen = [loss.op], set()
+    while pending:
+        op = pending.pop()
+        if op.type in ("VariableV2", "VarHandleOp"):
+            return op.name
+        seen.add(op.name)
+        pending.extend(tensor.op for tensor in op.inputs if tensor.op.name not in seen)
+    return None
 
 
 def tower_total_losses(towers, regularization, term_names=None):
@@ -125,21 +171,22 @@ def mean_over_towers(values, name="mean_loss"):
     return tf.reduce_mean(tf.stack(values), name=name)
 
 
-def tower_gradients(towers, var_list, term_names=None, loss_scale=None):
+def tower_gradients(towers, var_list, term_names=None, loss_scale=None, tower_var_lists=None):
     """Per-tower gradients of each tower's data loss (times `loss_scale`, a scalar tensor, when
-    given) with respect to `var_list`.
+    given) with respect to `var_list` (or, per tower, to `tower_var_lists[i]`: its copies).
 
     Returns:
       A list (one per tower) of lists aligned with var_list; an entry is None where the
       tower's loss does not depend on the variable.
     """
     per_tower = []
-    for tower in towers:
+    for position, tower in enumerate(towers):
+        variables = var_list if tower_var_lists is None else tower_var_lists[position]
         with tf.device(tower.device), tf.name_scope(f"{tower.name_scope}gradients"):
             loss = tower.data_loss(term_names)
             if loss_scale is not None:
                 loss = loss * loss_scale
-            per_tower.append(tf.gradients(loss, var_list))
+            per_tower.append(tf.gradients(loss, variables))
     return per_tower
 
 
@@ -188,6 +235,75 @@ def build_gradients(towers, var_list, regularization, term_names=None, device="/
     grads_and_vars = [(grad if reg is None else grad + reg, variable)
                       for (grad, variable), reg in zip(averaged, reg_grads)]
     return AveragedGradients(grads_and_vars, skipped, gradient_norms(towers, per_tower, device))
+
+
+def build_replicated_gradients(towers, var_list, regularization, variable_copies,
+                               sum_across_devices, term_names=None, loss_scale=None, num_workers=1):
+    """Each device's gradients of its own copies, summed over every tower by an all-reduce and
+    averaged on every device, plus each device's own regularization gradient: the average
+    `build_gradients` computes, on every device at once.
+
+    Args:
+      variable_copies: copies.VariableCopies whose devices the towers were built on (tower t
+        on device t % len(devices): micro-batches of one device are summed there first).
+      sum_across_devices: callable(list per device of equally shaped tensor lists) -> the same
+        lists summed over every device (all_reduce.GradientReducer.sum).
+      num_workers: processes whose towers the all-reduce spans (the average divides by every
+        tower of every worker).
+
+    Returns AveragedGradients with `every_copy` set; a variable no tower reaches is skipped,
+    one that only some towers reach gets zero from the others, as in average_gradients.
+    """
+    if not var_list:
+        raise ValueError("no variables to train: var_list is empty")
+    devices = variable_copies.devices
+    tower_copies = [variable_copies.copies(var_list, tower.index % len(devices))
+                    for tower in towers]
+    per_tower = tower_gradients(towers, var_list, term_names, loss_scale, tower_copies)
+    per_device = _sum_micro_batches(towers, per_tower, devices)
+    reached = [position for position in range(len(var_list))
+               if any(grads[position] is not None for grads in per_device)]
+    skipped = [var_list[p].op.name for p in range(len(var_list)) if p not in reached]
+    filled = []
+    for index, (grads, device) in enumerate(zip(per_device, devices)):
+        copies = variable_copies.copies(var_list, index)
+        with tf.device(device), tf.name_scope(f"replica_{index}_gradients"):
+            filled.append([tf.zeros_like(copies[p]) if grads[p] is None else grads[p]
+                           for p in reached])
+    summed = sum_across_devices(filled) if reached else [[] for _ in devices]
+    divisor = float(len(towers) * num_workers)
+    every_copy = []
+    for index, (sums, device) in enumerate(zip(summed, devices)):
+        copies = [variable_copies.copies(var_list, index)[p] for p in reached]
+        with tf.device(device), tf.name_scope(f"replica_{index}_average"):
+            averaged = [total / divisor for total in sums]
+            if loss_scale is not None:
+                averaged = [grad / loss_scale for grad in averaged]
+            reg_loss = regularization if index == 0 else regularization_loss(
+                device, variable_copies.regularization_terms(index))
+            reg_grads = tf.gradients(reg_loss, copies) if copies else []
+        every_copy.extend((grad if reg is None else grad + reg, copy)
+                          for grad, reg, copy in zip(averaged, reg_grads, copies))
+    first = every_copy[:len(reached)]
+    return AveragedGradients(first, skipped, gradient_norms(towers, per_tower, devices[0]),
+                             every_copy)
+
+
+def _sum_micro_batches(towers, per_tower, devices):
+    """Per device, each variable's gradient summed over that device's towers (None where none
+    of them reaches it)."""
+    per_device = []
+    for index, device in enumerate(devices):
+        mine = [grads for tower, grads in zip(towers, per_tower)
+                if tower.index % len(devices) == index]
+        with tf.device(device), tf.name_scope(f"replica_{index}_micro_batches"):
+            sums = []
+            for position in range(len(mine[0])):
+                present = [grads[position] for grads in mine if grads[position] is not None]
+                sums.append(None if not present else present[0] if len(present) == 1
+                            else tf.add_n(present))
+        per_device.append(sums)
+    return per_device
 
 
 def gradient_norms(towers, per_tower_grads, device="/cpu:0"):

@@ -25,12 +25,25 @@ class ClusterSettingsTest(unittest.TestCase):
         self.assertFalse(self.settings(job_name="ps").is_chief)
         self.assertIsNone(cluster_lib.cluster_settings("", 0, [], []))
 
+    def test_a_cluster_without_parameter_servers_is_an_all_reduce(self):
+        collective = self.settings(ps_hosts=[])
+        self.assertTrue(collective.collective)
+        self.assertFalse(self.settings().collective)
+        self.assertEqual(collective.replicas_to_aggregate, 2)
+        self.assertIn("cluster of 2 worker(s) and no parameter server (all-reduce)",
+                      collective.describe())
+        self.assertEqual(collective.cluster_spec().jobs, ["worker"])
+        self.assertEqual(sorted(self.settings().cluster_spec().jobs), ["ps", "worker"])
+
     def test_bad_clusters_are_refused_with_what_to_do(self):
         cases = [
             (dict(num_replicas_to_aggregate=3), "between 1 and the number of workers"),
             (dict(task_id=2), "--task_id=2 but --worker_hosts lists 2"),
             (dict(job_name="ps", task_id=1), "--task_id=1 but --ps_hosts lists 1"),
-            (dict(ps_hosts=[]), "--ps_hosts is empty"),
+            (dict(job_name="ps", ps_hosts=[]), "--ps_hosts is empty"),
+            (dict(worker_hosts=[]), "--worker_hosts is empty"),
+            (dict(ps_hosts=[], num_replicas_to_aggregate=1),
+             "--num_replicas_to_aggregate=1 is for parameter servers"),
             (dict(worker_hosts=["w0:2222", "w0:2222"]), "appears more than once"),
             (dict(worker_hosts=["w0"]), "not host:port"),
             (dict(job_name="chief"), "use ps or worker"),
@@ -82,9 +95,6 @@ class TfConfigTest(unittest.TestCase):
 
     def test_unusable_tf_config_is_one_clear_line(self):
         cases = [("not json", "TF_CONFIG is not the JSON"),
-                 (json.dumps({"cluster": {"worker": ["w0:1", "w1:1"]},
-                              "task": {"type": "worker"}}),
-                  r"TF_CONFIG lists no ps tasks.*unset TF_CONFIG"),
                  (json.dumps({"cluster": self.CLUSTER, "task": {"type": "evaluator"}}),
                   "type 'evaluator'")]
         for text, pattern in cases:
@@ -92,6 +102,13 @@ class TfConfigTest(unittest.TestCase):
                 with self.assertRaisesRegex(cluster_lib.ClusterConfigError, pattern):
                     cluster_lib.cluster_settings("", 0, [], [], tf_config=text)
         self.assertIsNone(cluster_lib.cluster_settings("", 0, [], [], tf_config="  "))
+
+    def test_workers_without_ps_tasks_are_an_all_reduce_cluster(self):
+        settings = self.from_env({"type": "worker", "index": 0},
+                                 {"chief": ["c0:2222"], "worker": ["w0:2222"]})
+        self.assertTrue(settings.collective)
+        self.assertEqual((settings.job_name, settings.task_id), ("worker", 1))
+        self.assertEqual(settings.worker_hosts, ("c0:2222", "w0:2222"))
 
     def test_a_one_task_job_trains_on_this_machine(self):
         # Single-replica jobs (e.g. Vertex AI's) describe the cluster as their one task.

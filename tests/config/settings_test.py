@@ -111,6 +111,7 @@ class SettingsTest(unittest.TestCase):
 
     def test_choices_are_checked_for_library_callers_too(self):
         for name, value in (("precision", "fp8"), ("variable_device", "tpu"),
+                            ("variable_update", "mirrored"),
                             ("on_nan", "ignore"), ("dataset", "mnist"), ("optimizer", "lbfgs"),
                             ("learning_rate_schedule", "linear"), ("augment", "autoaugment")):
             with self.subTest(name=name):
@@ -123,6 +124,26 @@ class SettingsTest(unittest.TestCase):
         with self.assertRaisesRegex(settings_lib.SettingsError, "--precision=fp16 .* distributed"):
             settings_lib.train_settings(train_dir="/tmp/x", precision="fp16",
                                         cluster=worker).validate()
+
+    def test_variable_update_combinations_no_run_can_use(self):
+        ps_cluster = cluster.cluster_settings("worker", 0, ["ps:1"], ["w:1", "w:2"])
+        collective = cluster.cluster_settings("worker", 0, [], ["w:1", "w:2"])
+        cases = [
+            (dict(variable_update="replicated", variable_device="cpu"), None,
+             "--variable_device=cpu places the variables of --variable_update=parameter_server"),
+            (dict(variable_update="replicated"), ps_cluster, "is for one machine"),
+            (dict(), collective, "an all-reduce across machines is not built yet"),
+            (dict(all_reduce_buffers=-1), None, "--all_reduce_buffers=-1 must be at least 0"),
+        ]
+        for values, worker, pattern in cases:
+            with self.subTest(values=values):
+                with self.assertRaisesRegex(settings_lib.SettingsError, pattern):
+                    settings_lib.train_settings(train_dir="/tmp/x", cluster=worker,
+                                                **values).validate()
+        for values, worker in ((dict(variable_update="replicated"), None),
+                               (dict(variable_update="parameter_server"), ps_cluster),
+                               (dict(variable_device="gpu"), None)):
+            settings_lib.train_settings(train_dir="/tmp/x", cluster=worker, **values).validate()
 
     def test_each_flat_name_lands_in_its_one_section(self):
         built = settings_lib.train_settings(train_dir="/tmp/x", data_dir="/d", num_labels=3,

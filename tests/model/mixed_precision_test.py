@@ -22,6 +22,7 @@ from absl.testing import absltest
 
 from inception.model import mixed_precision
 from inception.model import network
+from inception.parallel import all_reduce
 from inception.parallel import devices
 from tests import testing_utils
 
@@ -141,6 +142,25 @@ class Fp16TowersTest(LowPrecisionTowers):
         self.assertEqual(low[0].loss_scale, 512.0)
         self.assertLessEqual(low[1].loss_scale, 512.0)
         self.check_inference_matches_fp32(tf.float16, 0.01)
+
+    def test_replicated_fp16_towers_skip_and_update_as_with_a_parameter_server(self):
+        """--variable_update=replicated: every copy agrees on skipping the overflowing step."""
+        spec = all_reduce.AllReduceSpec(all_reduce.RING, num_buffers=2)
+        replicated, parameter_server = [
+            testing_utils.tiny_inception_step(DEVICES, config(), compute_dtype=tf.float16,
+                                              loss_scale=1024.0, checkpoint=self.weights,
+                                              steps=2, all_reduce=mode)
+            for mode in (spec, None)]
+        # The first step overflows at 1024 and is skipped (above); the second is applied.
+        self.assertEqual(replicated.loss_scale, parameter_server.loss_scale)
+        self.assertTrue(any(np.any(update) for update in replicated.updates.values()))
+        # The same fp16 towers on the same weights; only the float32 sum of the two towers'
+        # gradients runs elsewhere (a ring against add_n), the same two terms: measured
+        # bit-identical; 1e-6 allows an ulp of the largest update (order 1e-2).
+        np.testing.assert_allclose(replicated.losses, parameter_server.losses, rtol=0, atol=1e-6)
+        for name, update in parameter_server.updates.items():
+            np.testing.assert_allclose(replicated.updates[name], update, rtol=0, atol=1e-6,
+                                       err_msg=name)
 
 
 def load_tests(loader, tests, pattern):

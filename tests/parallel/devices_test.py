@@ -10,7 +10,11 @@ from unittest import mock
 import tensorflow as tf
 from absl.testing import absltest
 
+from inception.config import cluster
+from inception.config import settings as settings_lib
+from inception.parallel import all_reduce
 from inception.parallel import devices
+from inception.parallel import variable_update
 from tests import testing_utils
 
 tf1 = tf.compat.v1
@@ -60,6 +64,53 @@ class PlacementTest(unittest.TestCase):
             devices.check_variable_device("gpu", one_gpu, distributed=True)
         # A choice that is none of auto, cpu, gpu is refused once, where every setting's
         # choices are checked (config/settings.py; tests/config/settings_test.py).
+
+
+class VariableUpdateTest(unittest.TestCase):
+    """--variable_update: what auto picks, and how replicated variables reduce."""
+
+    def test_auto_replicates_on_several_gpus_and_follows_the_cluster(self):
+        cpu = devices.plan_towers(2, physical_gpus=0)
+        one_gpu = devices.plan_towers(1, physical_gpus=1)
+        split_gpu = devices.plan_towers(2, physical_gpus=1, virtual_gpu_memory_mb=1000)
+        two_gpus = devices.plan_towers(2, physical_gpus=2)
+        collective = cluster.cluster_settings("worker", 0, [], ["w:1", "w:2"])
+        with_ps = cluster.cluster_settings("worker", 0, ["ps:1"], ["w:1", "w:2"])
+        choose = variable_update.choose
+        self.assertEqual(choose("auto", two_gpus), "replicated")
+        self.assertEqual(choose("auto", cpu), variable_update.AUTO_UPDATE_CPU_TOWERS)
+        self.assertEqual(choose("auto", one_gpu), variable_update.AUTO_UPDATE_ONE_GPU)
+        self.assertEqual(choose("auto", split_gpu), variable_update.AUTO_UPDATE_ONE_GPU)
+        self.assertEqual(choose("auto", two_gpus, variable_device="cpu"), "parameter_server")
+        self.assertEqual(choose("auto", cpu, collective), "replicated")
+        self.assertEqual(choose("auto", two_gpus, with_ps), "parameter_server")
+        self.assertEqual(choose("replicated", cpu), "replicated")
+        self.assertEqual(choose("parameter_server", two_gpus), "parameter_server")
+
+    def test_nccl_only_between_gpus_of_their_own(self):
+        spec = variable_update.all_reduce_spec
+        self.assertEqual(spec(devices.plan_towers(2, physical_gpus=2), 4).communication, "nccl")
+        for towers, workers in ((devices.plan_towers(2, physical_gpus=0), 1),
+                                (devices.plan_towers(2, physical_gpus=1,
+                                                     virtual_gpu_memory_mb=1000), 1),
+                                (devices.plan_towers(2, physical_gpus=2), 2)):
+            self.assertEqual(spec(towers, 4, workers).communication, "ring", (towers, workers))
+        self.assertEqual(spec(devices.plan_towers(2, physical_gpus=0), 3, 2),
+                         all_reduce.AllReduceSpec("ring", 3, 2))
+
+    def test_the_placement_says_how_the_variables_are_shared(self):
+        towers = devices.plan_towers(2, physical_gpus=0)
+        for update, expected in (
+                ("replicated", "fp32; variables replicated on every tower, all-reduce over the "
+                               "collective ring, 4 buffer(s)"),
+                ("parameter_server", "fp32")):
+            with self.subTest(update=update):
+                placement = devices.resolve_placement(settings_lib.DeviceSettings(
+                    num_towers=2, variable_update=update, all_reduce_buffers=4))
+                self.assertEqual(placement.towers, towers)
+                self.assertEqual(placement.variable_update, update)
+                self.assertEqual(placement.variable_device, "/cpu:0")
+                self.assertEqual(placement.describe_arithmetic(), expected)
 
 
 class PrecisionChoiceTest(unittest.TestCase):

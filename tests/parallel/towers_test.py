@@ -6,6 +6,7 @@ import numpy as np
 import tensorflow as tf
 from absl.testing import absltest
 
+from inception.model import network
 from inception.model.slim_compat import tf_slim as slim
 from inception.parallel import towers
 from tests import testing_utils
@@ -152,6 +153,36 @@ class TowerStructureTest(unittest.TestCase):
             moving = [v.op.name for v in tf1.global_variables() if "moving" in v.op.name]
             self.assertEqual(sorted(moving), ["conv/BatchNorm/moving_mean",
                                               "conv/BatchNorm/moving_variance"])
+
+
+def tiny_inception_regularization(num_towers, compute_dtype):
+    """The regularization loss of the tiny Inception built as `num_towers` towers in
+    `compute_dtype` from the same seeded initial weights."""
+    with tf.Graph().as_default():
+        tf1.set_random_seed(3)
+        images = tf.zeros([2 * num_towers, 75, 75, 3])
+        labels = tf.zeros([2 * num_towers], tf.int32)
+        model_fn = network.make_model_fn(testing_utils.TINY_INCEPTION, 0.99,
+                                         compute_dtype=compute_dtype)
+        towers.build_towers(model_fn, towers.split_batch((images, labels), num_towers),
+                            [f"/cpu:{index}" for index in range(num_towers)])
+        regularization = towers.regularization_loss()
+        with tf1.Session(config=testing_utils.cpu_session_config(num_towers)) as session:
+            session.run(tf1.global_variables_initializer())
+            return session.run(regularization)
+
+
+class RegularizationTest(unittest.TestCase):
+
+    def test_weight_decay_counts_once_whatever_the_towers_and_precision(self):
+        """bf16 towers' layers see casts of the variables and add their weight decay again in
+        every tower; it must count once, as with one tower."""
+        for dtype in (None, tf.bfloat16):
+            with self.subTest(dtype=dtype):
+                one = tiny_inception_regularization(1, dtype)
+                self.assertGreater(one, 0.0)
+                # The same terms of the same weights, summed in the same order: equal.
+                self.assertEqual(tiny_inception_regularization(2, dtype), one)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,152 @@
+"""Summing every device's gradients on every device (--variable_update=replicated), with
+TensorFlow's own collectives: NCCL between GPUs of one machine (`tf.raw_ops.NcclAllReduce`
+through nccl_ops.all_sum, as tf_cnn_benchmarks and MirroredStrategy do), and otherwise its
+collective runtime's ring (`CollectiveReduceV2`, communication hint "ring"): between CPU
+devices, between virtual GPUs that share one GPU (NCCL refuses two ranks on one GPU), and
+between the workers of a cluster over gRPC.
+
+The gradients are packed into a few large buffers before they are reduced, the way
+tf_cnn_benchmarks' gradient repacking and PyTorch DDP's buckets do: one collective per
+variable would pay a launch and a synchronization per tensor (Inception v3 has 196 of them,
+most small). Every device packs the same variables, in the same order, into the same buffers:
+the variables in reverse creation order (the last layers' gradients are ready first, so the
+first buffer can be reduced while backpropagation goes on), cut into `num_buffers` runs of
+about equal size.
+"""
+
+import dataclasses
+import itertools
+
+import tensorflow as tf
+
+NCCL = "nccl"
+RING = "ring"
+COMMUNICATIONS = (NCCL, RING)
+GRADIENT_GROUP_KEY = 1  # the collective group of every device's gradient buffers
+
+
+@dataclasses.dataclass(frozen=True)
+class AllReduceSpec:
+    """How gradients are summed across the towers' devices.
+
+    communication: NCCL or RING; num_buffers: buffers the gradients are packed into (0: one
+    collective per gradient, unpacked); num_workers: processes taking part, each with the same
+    number of devices (a cluster without parameter servers; 1 on one machine).
+    """
+    communication: str = RING
+    num_buffers: int = 4
+    num_workers: int = 1
+
+    def describe(self):
+        """A few words for the run's first log line."""
+        link = "NCCL" if self.communication == NCCL else "the collective ring"
+        if self.num_workers > 1:
+            link += f" across {self.num_workers} workers"
+        packing = (f"{self.num_buffers} buffer(s)" if self.num_buffers
+                   else "one collective per gradient")
+        return f"all-reduce over {link}, {packing}"
+
+
+class InstanceKeys:
+    """Instance keys of the collectives of one graph, in the order they are built: every
+    worker of a cluster builds the same graph, hence the same keys for the same buffers."""
+
+    def __init__(self, start=1):
+        self._next = itertools.count(start)
+
+    def next(self):
+        """A key no collective of this graph has used yet."""
+        return next(self._next)
+
+
+class GradientReducer:
+    """Sums equally shaped tensor lists across `devices` (and the same devices of every other
+    worker) by `spec`, giving each buffer of the graph its own collective instance."""
+
+    def __init__(self, devices, spec):
+        self.devices, self.spec = list(devices), spec
+        self._keys = InstanceKeys()
+
+    def sum(self, per_device):
+        """`sum_across_devices` of `per_device` (one tensor list per device of `devices`)."""
+        return sum_across_devices(per_device, self.devices, self.spec, self._keys)
+
+
+def buffer_plan(sizes, num_buffers):
+    """Which tensors go into which buffer: a list of lists of indices into `sizes` (element
+    counts), in reverse order (the last first), cut into at most `num_buffers` consecutive runs
+    of about equal total size; num_buffers 0: one run per tensor."""
+    order = list(reversed(range(len(sizes))))
+    if not num_buffers or num_buffers >= len(order):
+        return [[index] for index in order]
+    total, plan, run, filled = sum(sizes), [], [], 0
+    for index in order:
+        run.append(index)
+        filled += sizes[index]
+        # Close a run once it holds its share of what has been packed so far.
+        if len(plan) < num_buffers - 1 and filled >= total * (len(plan) + 1) / num_buffers:
+            plan.append(run)
+            run = []
+    if run:
+        plan.append(run)
+    return plan
+
+
+def sum_across_devices(per_device, devices, spec, keys):
+    """Each device's tensors summed over every device (of every worker), on each device.
+
+    Args:
+      per_device: one list per device of this worker, each of the same length, shapes and
+        dtypes (float32 gradients); entry k of every list is summed with entry k of the others.
+      devices: the device of each list.
+      spec: AllReduceSpec; keys: the graph's InstanceKeys.
+
+    Returns a list per device of the sums (same shapes), each on its device.
+    """
+    if not per_device or not per_device[0]:
+        return [[] for _ in per_device]
+    sizes = [tensor.shape.num_elements() for tensor in per_device[0]]
+    summed = [[None] * len(sizes) for _ in per_device]
+    for number, indices in enumerate(buffer_plan(sizes, spec.num_buffers)):
+        packed = [_pack([tensors[i] for i in indices], device, number)
+                  for tensors, device in zip(per_device, devices)]
+        reduced = _reduce(packed, devices, spec, keys)
+        for device_index, (buffer, device) in enumerate(zip(reduced, devices)):
+            parts = _unpack(buffer, [per_device[device_index][i] for i in indices], device)
+            for index, part in zip(indices, parts):
+                summed[device_index][index] = part
+    return summed
+
+
+def _pack(tensors, device, number):
+    with tf.device(device), tf.name_scope(f"pack_{number}"):
+        if len(tensors) == 1:
+            return tf.reshape(tensors[0], [-1])
+        return tf.concat([tf.reshape(tensor, [-1]) for tensor in tensors], axis=0)
+
+
+def _unpack(buffer, like, device):
+    with tf.device(device), tf.name_scope("unpack"):
+        if len(like) == 1:
+            return [tf.reshape(buffer, like[0].shape)]
+        parts = tf.split(buffer, [tensor.shape.num_elements() for tensor in like])
+        return [tf.reshape(part, tensor.shape) for part, tensor in zip(parts, like)]
+
+
+def _reduce(packed, devices, spec, keys):
+    """One buffer per device, summed across every device of every worker."""
+    if spec.communication == NCCL:
+        # nccl_ops is TensorFlow's own wrapper of NcclAllReduce (one op per device, one
+        # communicator for all of them); it has no public name in TF 2.
+        from tensorflow.python.ops import nccl_ops  # pylint: disable=import-outside-toplevel
+        return nccl_ops.all_sum(packed)
+    instance = keys.next()
+    group_size = len(devices) * spec.num_workers
+    reduced = []
+    for buffer, device in zip(packed, devices):
+        with tf.device(device):
+            reduced.append(tf.raw_ops.CollectiveReduceV2(
+                input=buffer, group_size=group_size, group_key=GRADIENT_GROUP_KEY,
+                instance_key=instance, ordering_token=[], merge_op="Add", final_op="Id",
+                communication_hint=RING, name="all_reduce"))
+    return reduced

@@ -1,0 +1,74 @@
+"""The training step's TensorBoard summaries: the losses of every tower and their mean, the
+rate, batch-norm decay, loss scale, corrupt records, training precision, gradient norm, a few
+input images and, on request, histograms. Built once per stage of the plan; the loop runs them
+only when a summary is due."""
+
+import tensorflow as tf
+
+from inception.config import tags
+
+tf1 = tf.compat.v1
+
+SUMMARY_DEVICE = "/cpu:0"  # TensorFlow's summary ops have CPU kernels only
+
+
+def scalar_summary(tag, value):
+    """A scalar summary with exactly `tag` (tf.summary.scalar would uniquify it to e.g.
+    `mean_loss_1` because an op of that name exists)."""
+    return tf.raw_ops.ScalarSummary(tags=tag, values=tf.cast(value, tf.float32))
+
+
+def _training_precision():
+    """[the precision@1 summary of the training batches] when the model collected its logits
+    and labels (tags.TRAIN_LOGITS), else []. Built with the summaries, after every random op,
+    so the training's random streams do not depend on it."""
+    logits, labels = tf1.get_collection(tags.TRAIN_LOGITS), tf1.get_collection(tags.TRAIN_LABELS)
+    if not logits:
+        return []
+    correct = [tf.reduce_mean(tf.cast(tf.math.in_top_k(tower_labels, tower_logits, 1),
+                                      tf.float32))
+               for tower_logits, tower_labels in zip(logits, labels)]
+    return [scalar_summary(tags.PRECISION_AT_1, tf.add_n(correct) / len(correct))]
+
+
+def step_summaries(towers, tower_totals, loss_terms, stage_index, mean_loss, learning_rate,
+                   grads_and_vars, input_batch, regularization, bn_decay, loss_scale,
+                   histograms):
+    """TensorBoard summaries of one step of a stage, merged into one op (run only when due).
+
+    Args: the stage's towers and each one's total loss, the loss terms it trains (empty: all),
+    its index in the plan, the tensors to show (loss_scale: loss_scaling.LossScale or None), the
+    step's input batch, and whether to write histograms of every gradient and variable.
+    """
+    with tf.device(SUMMARY_DEVICE), tf.name_scope("summaries"):
+        summaries = [scalar_summary(tags.MEAN_LOSS, mean_loss),
+                     scalar_summary(tags.REGULARIZATION_LOSS, regularization),
+                     scalar_summary(tags.LEARNING_RATE, learning_rate),
+                     scalar_summary(tags.BATCH_NORM_DECAY, bn_decay),
+                     scalar_summary(tags.STAGE, stage_index),
+                     *([scalar_summary(tags.LOSS_SCALE, loss_scale.scale)]
+                       if loss_scale else []),
+                     scalar_summary(tags.CORRUPT_RECORDS, input_batch.corrupt_records)]
+        for tower, total in zip(towers, tower_totals):
+            summaries.append(scalar_summary(tags.tower_loss(tower.index), total))
+            terms = loss_terms or sorted(tower.loss_terms)
+            for name in terms:
+                summaries.append(scalar_summary(tags.tower_loss(tower.index, name),
+                                                tower.loss_terms[name]))
+        summaries.extend(_training_precision())
+        grads = [grad for grad, _ in grads_and_vars]
+        summaries.append(scalar_summary(tags.GRADIENT_NORM, tf.linalg.global_norm(grads)))
+        trained = (tf1.get_collection(tags.TRAIN_IMAGES) or [input_batch.images])[0]
+        if trained.shape.rank == 4 and trained.shape[-1] in (1, 3):
+            shown = tf.image.convert_image_dtype((trained[:3] + 1.0) / 2.0, tf.uint8,
+                                                 saturate=True)
+            summaries.append(tf.raw_ops.ImageSummary(tag=tags.INPUT_IMAGES, tensor=shown,
+                                                     max_images=3))
+        if histograms:
+            for grad, variable in grads_and_vars:
+                name = variable.op.name
+                summaries.append(tf.raw_ops.HistogramSummary(tag=f"gradients/{name}",
+                                                             values=grad))
+                summaries.append(tf.raw_ops.HistogramSummary(tag=f"variables/{name}",
+                                                             values=variable))
+        return tf1.summary.merge(summaries)

@@ -94,8 +94,9 @@ def matmul_peak(settings):
 def ours(settings):
     """Our training step (towers, averaging, EMA, batch-norm updates) on synthetic input.
 
-    Settings as the trainer's flags and defaults: `precision`, `variable_device` (auto, cpu or
-    gpu), `xla`, `stage_inputs` (default: on for GPU towers, as in training).
+    Settings as the trainer's flags and defaults: `precision`, `variable_update` (auto,
+    parameter_server or replicated), `variable_device` (auto, cpu or gpu), `xla`,
+    `stage_inputs` (default: on for GPU towers, as in training).
 
     Towers go where training puts them: one per GPU (GPUs split into virtual devices of
     `virtual_gpu_memory_mb` when there are more towers than GPUs), else virtual CPU devices.
@@ -104,16 +105,9 @@ def ours(settings):
     from inception.config import settings as settings_lib  # pylint: disable=import-outside-toplevel
     from inception.inputs import datasets  # pylint: disable=import-outside-toplevel
     from inception.model import network  # pylint: disable=import-outside-toplevel
-    from inception.parallel import devices  # pylint: disable=import-outside-toplevel
     from inception.parallel import step_graph  # pylint: disable=import-outside-toplevel
     batch, size = settings["batch_size"], settings["image_size"]
-    # Resolved as a training run resolves it: before the graph, which creates the devices.
-    placement = devices.resolve_placement(settings_lib.DeviceSettings(
-        num_towers=settings["towers"], precision=settings.get("precision", "fp32"),
-        virtual_gpu_memory_mb=settings.get("virtual_gpu_memory_mb", 0),
-        variable_device=settings.get("variable_device", "auto"), xla=settings.get("xla", False),
-        intra_op_threads=settings.get("intra_op_threads", 0),
-        inter_op_threads=settings.get("inter_op_threads", 0)))
+    placement = _placement(settings)
     stage_inputs = settings.get("stage_inputs", placement.stage_inputs)
     model_settings = settings_lib.ModelSettings(NUM_CLASSES, size, settings["depth_multiplier"],
                                                 "synthetic")
@@ -128,7 +122,8 @@ def ours(settings):
             imagenet, placement.tower_devices,
             datasets.KNOWN_DATASETS["imagenet"].examples["train"],
             initial_loss_scale=placement.initial_loss_scale,
-            variable_device=placement.variable_device, stage_inputs=stage_inputs)
+            variable_device=placement.variable_device, stage_inputs=stage_inputs,
+            all_reduce=placement.all_reduce)
         train_op = built.stages[0].train_op
         flops_per_image = count_flops(graph) / batch
         init = (tf1.global_variables_initializer(), tf1.local_variables_initializer(),
@@ -136,6 +131,8 @@ def ours(settings):
     hold_device(settings)
     with tf1.Session(graph=graph, config=placement.session_config()) as session:
         session.run(init)
+        if built.copy_to_replicas is not None:
+            session.run(built.copy_to_replicas)
         if built.input_fill is not None:
             session.run(built.input_fill)
         rounds = timed_rounds(lambda n: [session.run(train_op) for _ in range(n)],
@@ -147,10 +144,25 @@ def ours(settings):
               "train_flops_per_image": flops_per_image,
               "placement": placement.towers.describe(),
               "variable_device": placement.variable_device,
+              "variable_update": placement.variable_update,
               "stage_inputs": stage_inputs}
     if trace:
         result["profile"] = trace
     return result
+
+
+def _placement(settings):
+    """The Placement of the benchmark's `settings`, resolved as a training run resolves it:
+    before the graph, which creates the devices."""
+    from inception.config import settings as settings_lib  # pylint: disable=import-outside-toplevel
+    from inception.parallel import devices  # pylint: disable=import-outside-toplevel
+    return devices.resolve_placement(settings_lib.DeviceSettings(
+        num_towers=settings["towers"], precision=settings.get("precision", "fp32"),
+        virtual_gpu_memory_mb=settings.get("virtual_gpu_memory_mb", 0),
+        variable_update=settings.get("variable_update", "auto"),
+        variable_device=settings.get("variable_device", "auto"), xla=settings.get("xla", False),
+        intra_op_threads=settings.get("intra_op_threads", 0),
+        inter_op_threads=settings.get("inter_op_threads", 0)))
 
 
 def step_profile(session, train_op, profile_dir, top=12):

@@ -54,7 +54,7 @@ def _rates(results):
     keys = {f"{name}_images_per_sec": rate(name) for name in (
         "ours", "ours_1_tower", "keras", "ours_bf16", "keras_bf16", "torch_bf16", "ours_fp16",
         "keras_fp16", "ours_variables_on_cpu", "ours_variables_on_gpu", "ours_unstaged",
-        "ours_xla", "ours_split_gpu")}
+        "ours_xla", "ours_split_gpu", "ours_replicated")}
     keys.update({
         "speedup_vs_keras": ratio(ours, rate("keras")),
         "speedup_vs_keras_bf16": ratio(rate("ours_bf16"), rate("keras")),
@@ -66,6 +66,8 @@ def _rates(results):
         if ours and rate("ours_split_gpu") else None,
         "tower_overhead": (1.0 - ours / rate("ours_1_tower")) if ours and rate("ours_1_tower")
         else None,
+        "speedup_replicated_vs_split_gpu": ratio(rate("ours_replicated"),
+                                                 rate("ours_split_gpu")),
         "pipeline_images_per_sec": rate("pipeline"),
         "pipeline_images_per_sec_per_core": rate("pipeline_1_thread"),
         "pipeline_headroom": ratio(rate("pipeline"), fastest_training_rate(results))})
@@ -95,7 +97,8 @@ def _utilization(results):
 
 
 TRAINING = ("ours", "ours_bf16", "ours_fp16", "ours_xla", "ours_variables_on_cpu",
-            "ours_variables_on_gpu", "ours_unstaged", "ours_split_gpu", "ours_1_tower",
+            "ours_variables_on_gpu", "ours_unstaged", "ours_split_gpu", "ours_replicated",
+            "ours_1_tower",
             "keras", "keras_bf16", "keras_fp16", "torch_bf16")
 
 
@@ -113,7 +116,8 @@ SUMMARY_KEYS = ("ours_images_per_sec", "keras_images_per_sec", "speedup_vs_keras
                 "speedup_fp16_vs_keras_fp16", "mfu_fp16", "ours_variables_on_cpu_images_per_sec",
                 "ours_variables_on_gpu_images_per_sec", "ours_unstaged_images_per_sec",
                 "ours_xla_images_per_sec", "ours_split_gpu_images_per_sec",
-                "split_gpu_overhead", "tower_overhead", "pipeline_headroom")
+                "split_gpu_overhead", "ours_replicated_images_per_sec",
+                "speedup_replicated_vs_split_gpu", "tower_overhead", "pipeline_headroom")
 
 
 def write_plot(report, path):
@@ -127,6 +131,7 @@ def write_plot(report, path):
             ("ours, 1 tower", report["ours_1_tower_images_per_sec"], "#6baed6"),
             ("ours, 2 towers per GPU (split)", report["ours_split_gpu_images_per_sec"],
              "#6baed6"),
+            ("ours, split, replicated", report["ours_replicated_images_per_sec"], "#6baed6"),
             ("ours, bf16", report["ours_bf16_images_per_sec"], "#08306b"),
             ("ours, fp16", report["ours_fp16_images_per_sec"], "#08306b"),
             ("ours, variables on CPU", report["ours_variables_on_cpu_images_per_sec"],

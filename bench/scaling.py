@@ -13,13 +13,16 @@ Per step each GPU computes its batch b at the one-GPU rate r: t_compute = b / r.
   average read, average written), all before the next step can start.
 - variables on GPU 0 (--variable_device=gpu): GPU 0 receives N - 1 gradients and sends N - 1
   copies of the weights over its own link, then updates in its memory ((N + 11) x P bytes).
-- for reference, replicated variables with a ring all-reduce (NCCL, what tf_cnn_benchmarks
-  does; not built here): every GPU sends and receives 2 (N - 1) / N x P and updates its own
-  copy.
+- replicated variables (--variable_update=replicated, NCCL's ring all-reduce, as
+  tf_cnn_benchmarks does): the gradients packed into B buffers (--all_reduce_buffers), each
+  summed by one all-reduce in which every GPU sends and receives 2 (N - 1) / N of it, at a
+  latency of a launch plus 2 (N - 1) ring hops per buffer; then every GPU updates its own copy
+  (11 x P bytes of its memory). The last buffer (the first layers' gradients, ready last)
+  cannot overlap backpropagation and counts with the update.
 The pessimistic figure exposes every transfer; the optimistic one hides the transfers behind
 the computation (gradients leave while backpropagation goes on; weights arrive layer by layer)
-and exposes only the update. Link and memory bandwidths are the assumptions below, not
-measurements.
+and exposes only the update. Link and memory bandwidths and latencies are the assumptions
+below, not measurements.
 """
 
 import dataclasses
@@ -27,6 +30,8 @@ import json
 
 from absl import app
 from absl import flags
+
+from inception.config import rules
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("report", "", "A GPU benchmark report (bench/results/gpu-*.json) to take "
@@ -47,6 +52,9 @@ LINKS = {  # achievable bytes/s per direction between GPUs (assumed)
 GPUS_PER_UPLINK = 2  # 8-GPU servers hang two GPUs off each PCIe switch's x16 host link
 HOST_UPDATE_BYTES_PER_SEC = 40e9  # TensorFlow's CPU kernels on a server, assumed
 GPU_UPDATE_BYTES_PER_SEC = 3000e9  # an H200's 4.8 TB/s HBM, elementwise kernels
+COLLECTIVE_LAUNCH_SEC = 30e-6  # one all-reduce's launch and synchronization (assumed)
+RING_HOP_SEC = 8e-6  # one hop of a ring step between two GPUs (assumed)
+GRADIENT_TENSORS = 196  # Inception v3's trainable variables (counted): one all-reduce each
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,14 +86,18 @@ def gpu_variables(compute, gpus, link):
                 (gpus + 11) * PARAMETER_BYTES / GPU_UPDATE_BYTES_PER_SEC)
 
 
-def ring_all_reduce(compute, gpus, link):
-    """Replicated variables, gradients summed by a ring all-reduce (reference only)."""
-    return Step(compute, 2 * (gpus - 1) / gpus * PARAMETER_BYTES / link,
-                11 * PARAMETER_BYTES / GPU_UPDATE_BYTES_PER_SEC)
+def ring_all_reduce(compute, gpus, link, buffers=rules.DEFAULT_ALL_REDUCE_BUFFERS):
+    """Replicated variables, gradients packed into `buffers` (0: one per variable) and summed
+    by a ring all-reduce each."""
+    collectives = buffers or GRADIENT_TENSORS
+    latency = COLLECTIVE_LAUNCH_SEC + 2 * (gpus - 1) * RING_HOP_SEC
+    one = 2 * (gpus - 1) / gpus * PARAMETER_BYTES / collectives / link + latency
+    return Step(compute, (collectives - 1) * one,
+                one + 11 * PARAMETER_BYTES / GPU_UPDATE_BYTES_PER_SEC)
 
 
 PLACEMENTS = {"variables on the CPU": cpu_variables, "variables on GPU 0": gpu_variables,
-              "replicated, ring all-reduce (not built)": ring_all_reduce}
+              f"replicated, {rules.DEFAULT_ALL_REDUCE_BUFFERS} buffers": ring_all_reduce}
 
 
 def rates_from_report(path):

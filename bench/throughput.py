@@ -296,6 +296,11 @@ def measurement_plan(capabilities=None):
         "ours_split_gpu": ("ours", {**ours, "towers": 2 * max(gpus, 1),
                                     "virtual_gpu_memory_mb": split_gpu_memory_mb(),
                                     "needs": ["gpu"]}),
+        # The same towers with replicated variables and an all-reduce (the ring: NCCL
+        # refuses two ranks on one GPU) against ours_split_gpu's parameter_server.
+        "ours_replicated": ("ours", {**ours, "towers": 2 * max(gpus, 1),
+                                     "virtual_gpu_memory_mb": split_gpu_memory_mb(),
+                                     "variable_update": "replicated", "needs": ["gpu"]}),
         # The default's alternative, side by side: variables on the CPU (the original's
         # choice) where the default is the GPU (one GPU), and the other way round.
         "ours_variables_on_cpu": ("ours", {**ours, "variable_device": "cpu",

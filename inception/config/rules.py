@@ -22,7 +22,9 @@ PARAMETER_SERVER = "parameter_server"
 REPLICATED = "replicated"
 VARIABLE_UPDATES = (AUTO, PARAMETER_SERVER, REPLICATED)  # tf_cnn_benchmarks' names
 VARIABLE_DEVICE_CHOICES = (AUTO, "cpu", "gpu")
-DEFAULT_ALL_REDUCE_BUFFERS = 4  # measured: bench/results/replicated-cpu-2core.json
+# No buffer count differed beyond noise on CPU towers (bench/results/replicated-cpu-2core.json);
+# 4 keeps bench/scaling.py's all-reduce latency near 0.6 ms a step at 8 GPUs (196 unpacked: 28).
+DEFAULT_ALL_REDUCE_BUFFERS = 4
 ON_NAN = ("stop", "rollback")
 ON_DIVERGENCE = ("warn", "stop")
 BEST_METRICS = ("precision_at_1", "recall_at_5", "loss")

@@ -135,6 +135,8 @@ def _unpack(buffer, like, device):
 
 def _reduce(packed, devices, spec, keys):
     """One buffer per device, summed across every device of every worker."""
+    if len(devices) * spec.num_workers == 1:
+        return packed  # one tower: nothing to sum with
     if spec.communication == NCCL:
         # nccl_ops is TensorFlow's own wrapper of NcclAllReduce (one op per device, one
         # communicator for all of them); it has no public name in TF 2.

@@ -22,6 +22,7 @@ KEYS = ("ours_images_per_sec", "ours_1_tower_images_per_sec", "keras_images_per_
         "mfu_fp16", "ours_variables_on_cpu_images_per_sec",
         "ours_variables_on_gpu_images_per_sec", "ours_unstaged_images_per_sec",
         "ours_xla_images_per_sec", "ours_split_gpu_images_per_sec", "split_gpu_overhead",
+        "ours_replicated_images_per_sec", "speedup_replicated_vs_split_gpu",
         "train_gflops_per_image", "matmul_peak_gflops", "mfu", "tower_overhead",
         "pipeline_images_per_sec", "pipeline_images_per_sec_per_core", "pipeline_headroom",
         "gpu_tests", "demo_precision_at_1")
@@ -30,7 +31,8 @@ GPU_ONLY = ("ours_fp16_images_per_sec", "speedup_vs_keras_fp16", "keras_fp16_ima
             "speedup_fp16_vs_keras_fp16", "matmul_peak_fp16_gflops", "mfu_fp16",
             "ours_variables_on_cpu_images_per_sec", "ours_variables_on_gpu_images_per_sec",
             "ours_unstaged_images_per_sec", "ours_split_gpu_images_per_sec",
-            "split_gpu_overhead")
+            "split_gpu_overhead", "ours_replicated_images_per_sec",
+            "speedup_replicated_vs_split_gpu")
 BF16 = ("ours_bf16_images_per_sec", "speedup_vs_keras_bf16", "keras_bf16_images_per_sec",
         "speedup_bf16_vs_keras_bf16", "matmul_peak_bf16_gflops", "mfu_bf16")
 # Filled by tools/gpu_check.py, or measured only where torch can be imported (not in this

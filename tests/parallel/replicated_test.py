@@ -106,7 +106,9 @@ class ReplicatedEqualsParameterServerTest(unittest.TestCase):
                                               values[name], err_msg=(device, name))
 
     def test_two_and_four_towers_equal_parameter_server_and_one_device(self):
-        one_device, _, _ = train(["/cpu:0"], accumulate_steps=1)
+        one_device, _, _ = train(["/cpu:0"])
+        one_replicated, _, _ = train(["/cpu:0"], RING)  # nothing to reduce: no collective
+        self.assert_same_weights(one_replicated, originals(one_device))
         for tower_devices in (TWO, FOUR):
             with self.subTest(towers=len(tower_devices)):
                 replicated, skipped, _ = train(tower_devices, RING)

@@ -76,7 +76,13 @@ class ValidationInTrainingTest(unittest.TestCase):
         self.assertFalse(os.path.exists(os.path.join(plain_dir, "eval_validation")))
         with_validation = testing_utils.read_scalars(train_dir)["loss/mean_loss"]
         without = testing_utils.read_scalars(plain_dir)["loss/mean_loss"]
-        self.assertEqual(with_validation, without)
+        self.assertEqual([step for step, _ in with_validation], [step for step, _ in without])
+        # The same training: equal up to float32 rounding. Two runs without validation differ
+        # by that much too on a Xeon with AMX (oneDNN's threaded kernels: 2.6886997 and
+        # 2.6886995 at step 3, 9e-8 relative), so bit-equality is not this test's to demand;
+        # a batch or an update that validation changed moves the loss by 1e-3 or more.
+        np.testing.assert_allclose([loss for _, loss in with_validation],
+                                   [loss for _, loss in without], rtol=1e-6)
 
     def test_the_best_checkpoint_survives_keep_checkpoints_and_is_exported_once_per_best(self):
         export_dir = testing_utils.temp_dir("best_exports")

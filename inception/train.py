@@ -74,8 +74,10 @@ flags.DEFINE_enum("variable_update", rules.AUTO, rules.VARIABLE_UPDATES,
                   "--variable_device, or on the parameter servers of a cluster; each step the "
                   "towers read it and send their gradients there), replicated (a copy on every "
                   "tower's device and an all-reduce of the gradients: NCCL between GPUs, "
-                  "TensorFlow's collective ring otherwise; one machine), or auto: replicated "
-                  "with two or more GPUs, else parameter_server. See README, Several GPUs.")
+                  "TensorFlow's collective ring otherwise, also between the workers of a "
+                  "cluster without --ps_hosts), or auto: on a cluster what it has (parameter "
+                  "servers or not), replicated with two or more GPUs, else parameter_server. "
+                  "See README, Several GPUs.")
 flags.DEFINE_enum("variable_device", rules.AUTO, rules.VARIABLE_DEVICE_CHOICES,
                   "With --variable_update=parameter_server: where the variables, the gradient "
                   "averaging and the updates live: cpu (as in the original; the towers read "
@@ -173,7 +175,8 @@ flags.DEFINE_enum("job_name", "", ("", "ps", "worker"), "Training on several mac
                   "task's job, ps (parameter server) or worker; empty: this machine alone.")
 flags.DEFINE_integer("task_id", 0, "Index of this task in --ps_hosts or --worker_hosts; "
                      "worker 0 is the chief (initializes the model, writes every file).")
-flags.DEFINE_list("ps_hosts", [], "Parameter servers, host:port,host:port,...")
+flags.DEFINE_list("ps_hosts", [], "Parameter servers, host:port,host:port,...; none: the "
+                  "workers keep their own copies and all-reduce the gradients.")
 flags.DEFINE_list("worker_hosts", [], "Workers, host:port,host:port,...")
 flags.DEFINE_integer("num_replicas_to_aggregate", None, "Gradients averaged into each "
                      "synchronous update (default: one from every worker; fewer lets an update "

@@ -166,16 +166,18 @@ def _check_variable_update(devices, cluster):
             "copy on its own device: drop one of the two.")
     if cluster is None:
         return
-    # config/cluster.py reads a cluster without parameter servers; training across machines
-    # with an all-reduce instead of them is not built yet.
-    if cluster.collective:
-        raise SettingsError("a cluster needs parameter servers for now (an all-reduce across "
-                            "machines is not built yet): list them in --ps_hosts, or ps "
-                            "tasks in TF_CONFIG.")
-    if update == REPLICATED:
-        raise SettingsError("--variable_update=replicated is for one machine; on a cluster the "
-                            "variables live on the parameter servers: leave --variable_update "
-                            "at auto.")
+    if cluster.collective and update == PARAMETER_SERVER:
+        raise SettingsError("--variable_update=parameter_server needs parameter servers; a "
+                            "cluster without them (no --ps_hosts) replicates the variables on "
+                            "every worker: leave --variable_update at auto, or list --ps_hosts.")
+    if cluster.collective and devices.variable_device != AUTO:
+        raise SettingsError(f"--variable_device={devices.variable_device} places the variables "
+                            "of one machine; a cluster without parameter servers keeps a copy "
+                            "on every tower: leave it at auto.")
+    if not cluster.collective and update == REPLICATED:
+        raise SettingsError("--variable_update=replicated on a cluster needs no parameter "
+                            "servers: drop --ps_hosts (the workers then all-reduce), or leave "
+                            "--variable_update at auto to keep the variables on them.")
 
 
 def _check_combinations(settings):

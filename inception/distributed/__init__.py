@@ -1,6 +1,7 @@
 """Training on several machines with TensorFlow's distributed runtime, one module per role:
-connections.py (limits, errors, reaching tasks, servers), parameter_server.py, worker.py and
-watchdog.py.
+connections.py (limits, errors, reaching tasks, servers), parameter_server.py, worker.py (a
+worker beside parameter servers), collective.py (a worker of a cluster without them: an
+all-reduce, see there) and watchdog.py.
 
 The original `imagenet_distributed_train` layout: parameter-server tasks (`--job_name=ps`) hold
 the variables; every worker task (`--job_name=worker`) builds the same training graph with its
@@ -24,9 +25,18 @@ Every wait is bounded:
   done; a parameter server exits once every worker is done.
 """
 
+from inception.distributed.collective import CollectiveWorker
 from inception.distributed.connections import ClusterError
 from inception.distributed.connections import DivergedError
 from inception.distributed.parameter_server import run_parameter_server
 from inception.distributed.worker import ClusterWorker
 
-__all__ = ["ClusterError", "DivergedError", "ClusterWorker", "run_parameter_server"]
+__all__ = ["ClusterError", "DivergedError", "ClusterWorker", "CollectiveWorker",
+           "run_parameter_server", "start_worker"]
+
+
+def start_worker(cluster, server_config, log=print, on_stuck=None):
+    """The worker of `cluster` (config.cluster.ClusterSettings), its server started: beside
+    parameter servers (ClusterWorker) or, in a cluster without them, CollectiveWorker."""
+    kind = CollectiveWorker if cluster.collective else ClusterWorker
+    return kind(cluster, server_config, log, on_stuck)

@@ -169,20 +169,28 @@ class ClusterWorker(replica_lib.Replica):
                     session.close()
 
     def _wait_for_parameter_servers(self, deadline):
+        self._wait_for_tasks("ps", deadline, self._parameter_servers_late)
+
+    def _wait_for_tasks(self, job, deadline, late):
+        """Waits until every other task of `job` accepts connections; raises late() (a
+        ClusterError) after `deadline`. Probing the ports first keeps TensorFlow from logging
+        every failed attempt to reach them."""
         def absent():
-            return [f"ps {task} at {address}"
-                    for task, address in enumerate(self.settings.ps_hosts)
-                    if not is_reachable(address)]
+            return [f"{job} {task} at {address}"
+                    for task, address in enumerate(self.settings.hosts(job))
+                    if (job, task) != (self.settings.job_name, self.settings.task_id)
+                    and not is_reachable(address)]
         missing = absent()
         if missing:
             self._log(session_loop.timestamped(f"waiting for {', '.join(missing)} to come up"))
         while missing:
             if time.time() > deadline:
-                raise self._parameter_servers_late()
+                raise late(missing)
             time.sleep(PROBE_INTERVAL_SECS / 2)
             missing = absent()
 
-    def _parameter_servers_late(self):
+    def _parameter_servers_late(self, missing=None):
+        del missing  # named below with every task that does not answer
         return ClusterError(
             f"the parameter servers did not answer within {self.settings.startup_timeout_secs:g}"
             f" s (not answering: {unreachable_tasks(self.settings) or 'none now'}); start them "

@@ -117,7 +117,7 @@ def _train_resolved(run, log, on_stuck):
         RunDirectory(settings.train_dir).write_settings(settings)
     log(timestamped(describe_run(run)))
     config = run.placement.session_config()
-    replica = (distributed.ClusterWorker(settings.cluster, config, log, on_stuck)
+    replica = (distributed.start_worker(settings.cluster, config, log, on_stuck)
                if settings.cluster is not None else None)
     validation = None
     try:

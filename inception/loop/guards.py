@@ -13,13 +13,14 @@ class NonFiniteLossError(RuntimeError):
     aside."""
 
     def __init__(self, step, tower_losses, last_checkpoint, tower_gradient_norms=(),
-                 variables=(), set_aside=()):
+                 variables=(), set_aside=(), cause=None):
         self.step, self.last_checkpoint, self.set_aside = step, last_checkpoint, list(set_aside)
         losses_bad = [i for i, value in enumerate(tower_losses) if not math.isfinite(value)]
         norms_bad = [i for i, value in enumerate(tower_gradient_norms)
                      if not math.isfinite(value)]
         self.bad_towers = losses_bad or norms_bad
-        super().__init__(f"{divergence(step, tower_losses, tower_gradient_norms, variables)}; "
+        cause = cause or divergence(step, tower_losses, tower_gradient_norms, variables)
+        super().__init__(f"{cause}; "
                          f"training stopped and {kept(last_checkpoint, set_aside)}. Lower "
                          "--initial_learning_rate, check the data, or rerun with "
                          "--on_nan=rollback.")
@@ -146,17 +147,21 @@ class LossWatch:
 
 
 class Diverged(Exception):
-    """Inside the loop: this step's loss, update or variables are not finite."""
+    """Inside the loop: this step's loss, update or variables are not finite. cause: what
+    went wrong in words, where this task's own values do not show it (another worker's tower)."""
 
-    def __init__(self, step, tower_losses=(), tower_gradient_norms=(), variables=()):
-        super().__init__(divergence(step, tower_losses, tower_gradient_norms, variables))
+    def __init__(self, step, tower_losses=(), tower_gradient_norms=(), variables=(),
+                 cause=None):
+        self.cause = cause or divergence(step, tower_losses, tower_gradient_norms, variables)
+        super().__init__(self.cause)
         self.step, self.tower_losses = step, list(tower_losses)
         self.tower_gradient_norms, self.variables = list(tower_gradient_norms), list(variables)
 
     def error(self, last_checkpoint, set_aside=()):
         """The NonFiniteLossError to stop with."""
         return NonFiniteLossError(self.step, self.tower_losses, last_checkpoint,
-                                  self.tower_gradient_norms, self.variables, set_aside)
+                                  self.tower_gradient_norms, self.variables, set_aside,
+                                  self.cause)
 
 
 class VariableHealth:

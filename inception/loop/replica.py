@@ -20,8 +20,9 @@ class PeerStopped(Exception):
 class Replica:
     """How `run_training` takes part in training: the single-machine behaviour.
 
-    distributed.ClusterWorker overrides these hooks for one worker task of a cluster (shared
-    variables, synchronous updates, only the chief writing files); every hook here is the plain
+    distributed.ClusterWorker (beside parameter servers) and distributed.CollectiveWorker (an
+    all-reduce between the workers) override these hooks for one worker task of a cluster
+    (synchronous updates, only the chief writing files); every hook here is the plain
     one-machine step.
     """
     is_chief = True
@@ -49,6 +50,12 @@ class Replica:
     def run_step(self, session, fetches, step):
         """Runs one training step; returns (fetched values, the step reached)."""
         return session.run(fetches), step + 1
+
+    def agree_to_stop(self, wanted):
+        """Whether the loop stops before its next step, where this task `wanted` to (a signal,
+        early stopping): at once here; a replica whose peers must stop at the same step may
+        ask for one more step first (distributed/collective.py)."""
+        return wanted
 
     def before_save(self, session):
         """Runs before each checkpoint (may raise to refuse it)."""

@@ -210,11 +210,12 @@ class _Loop:
     def _train(self, step, result):
         now = time.time()
         cadences = LoopCadences(self.settings, step, now)
-        saved_step, stage_index, corrupt = step, None, 0
+        saved_step, stage_index, corrupt, early = step, None, 0, False
         action = ("saving a checkpoint after this step and stopping" if self.replica.is_chief
                   else "stopping after this step")
         with StopRequest(self.log, action) as stop:
-            while step < self.settings.max_steps and not stop.requested:
+            while step < self.settings.max_steps and \
+                    not self.replica.agree_to_stop(stop.requested or early):
                 if self.graph.plan.stage_index_at(step) != stage_index:
                     stage_index = self.graph.plan.stage_index_at(step)
                     self.log(timestamped(step_graph_lib.describe_stage(
@@ -227,8 +228,7 @@ class _Loop:
                     validate = self.validation is not None and self.validation.due(step)
                     if cadences.checkpoint.check_and_mark(step, time.time()) or validate:
                         result.checkpoint, saved_step = self._save(step), step
-                    if validate and self._validate(result, cadences):
-                        break
+                    early = early or (validate and self._validate(result, cadences))
                 except guards.Diverged as diverged:
                     step = saved_step = self._recover(diverged, result)
                     cadences.restart(step, time.time())

@@ -12,6 +12,10 @@ most small). Every device packs the same variables, in the same order, into the 
 the variables in reverse creation order (the last layers' gradients are ready first, so the
 first buffer can be reduced while backpropagation goes on), cut into `num_buffers` runs of
 about equal size.
+
+The workers of a cluster without parameter servers also share a group of one device each
+(WORKER_GROUP_KEY): the chief's variables are broadcast through it at the start
+(`broadcast_variables`), and small per-step values are summed over it (`sum_over_workers`).
 """
 
 import dataclasses
@@ -23,6 +27,17 @@ NCCL = "nccl"
 RING = "ring"
 COMMUNICATIONS = (NCCL, RING)
 GRADIENT_GROUP_KEY = 1  # the collective group of every device's gradient buffers
+WORKER_GROUP_KEY = 2  # one device of each worker of a cluster: broadcasts and votes
+# Instance keys of the worker group's collectives start here, far from the gradients' keys
+# (which count from 1), so the two never meet whatever the number of buffers.
+WORKER_INSTANCE_KEYS = 1_000_000
+# A broadcast sends at most this many elements in one collective (64 MiB of float32), so that
+# no one message holds the whole model (Inception v3 with its RMSProp slots and moving
+# averages: about 4 x 24M floats, some 350 MB).
+BROADCAST_BUFFER_ELEMENTS = 1 << 24
+# What CollectiveBcastSendV2/RecvV2 carry; other dtypes travel cast to int32 (bool) or
+# float32 and are cast back.
+BROADCAST_DTYPES = (tf.float32, tf.float64, tf.float16, tf.bfloat16, tf.int32, tf.int64)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,3 +167,49 @@ def _reduce(packed, devices, spec, keys):
                 instance_key=instance, ordering_token=[], merge_op="Add", final_op="Id",
                 communication_hint=RING, name="all_reduce"))
     return reduced
+
+
+def broadcast_variables(variables, device, num_workers, is_source, keys):
+    """An op that sets `variables` on every worker of a cluster to the source worker's values
+    (the chief's, after it initialized or restored them): each worker builds it once, with the
+    same variables in the same order (on `device`, one per worker) and is_source True on the
+    source alone. Variables of one dtype travel packed, in buffers of at most
+    BROADCAST_BUFFER_ELEMENTS elements."""
+    by_dtype = {}
+    for variable in variables:
+        by_dtype.setdefault(variable.dtype.base_dtype, []).append(variable)
+    assigns = []
+    with tf.device(device), tf.name_scope("broadcast_variables"):
+        for dtype in sorted(by_dtype, key=lambda d: d.name):
+            group = by_dtype[dtype]
+            sizes = [variable.shape.num_elements() for variable in group]
+            count = -(-sum(sizes) // BROADCAST_BUFFER_ELEMENTS)
+            for indices in buffer_plan(sizes, count):
+                chosen = [group[i] for i in indices]
+                carried = dtype if dtype in BROADCAST_DTYPES else (
+                    tf.int32 if dtype == tf.bool else tf.float32)
+                instance = keys.next()
+                if is_source:
+                    packed = _pack([tf.cast(tf.convert_to_tensor(v), carried) for v in chosen],
+                                   device, instance)
+                    assigns.append(tf.raw_ops.CollectiveBcastSendV2(
+                        input=packed, group_size=num_workers, group_key=WORKER_GROUP_KEY,
+                        instance_key=instance, communication_hint=RING))
+                    continue
+                received = tf.raw_ops.CollectiveBcastRecvV2(
+                    T=carried, group_size=num_workers, group_key=WORKER_GROUP_KEY,
+                    instance_key=instance, communication_hint=RING,
+                    shape=[sum(v.shape.num_elements() for v in chosen)])
+                for variable, part in zip(chosen, _unpack(received, chosen, device)):
+                    assigns.append(tf.compat.v1.assign(variable, tf.cast(part, dtype)))
+    return tf.group(*assigns, name="broadcast_variables")
+
+
+def sum_over_workers(tensor, device, num_workers, keys):
+    """`tensor` (on `device`, one per worker) summed over the workers of a cluster, on every
+    worker: one collective of the worker group."""
+    with tf.device(device):
+        return tf.raw_ops.CollectiveReduceV2(
+            input=tensor, group_size=num_workers, group_key=WORKER_GROUP_KEY,
+            instance_key=keys.next(), ordering_token=[], merge_op="Add", final_op="Id",
+            communication_hint=RING, name="sum_over_workers")

@@ -131,8 +131,11 @@ class SettingsTest(unittest.TestCase):
         cases = [
             (dict(variable_update="replicated", variable_device="cpu"), None,
              "--variable_device=cpu places the variables of --variable_update=parameter_server"),
-            (dict(variable_update="replicated"), ps_cluster, "is for one machine"),
-            (dict(), collective, "an all-reduce across machines is not built yet"),
+            (dict(variable_update="replicated"), ps_cluster, "needs no parameter servers"),
+            (dict(variable_update="parameter_server"), collective,
+             "needs parameter servers; a cluster without them"),
+            (dict(variable_device="cpu"), collective, "--variable_device=cpu places the "
+             "variables of one machine"),
             (dict(all_reduce_buffers=-1), None, "--all_reduce_buffers=-1 must be at least 0"),
         ]
         for values, worker, pattern in cases:
@@ -142,6 +145,8 @@ class SettingsTest(unittest.TestCase):
                                                 **values).validate()
         for values, worker in ((dict(variable_update="replicated"), None),
                                (dict(variable_update="parameter_server"), ps_cluster),
+                               (dict(), collective),
+                               (dict(variable_update="replicated"), collective),
                                (dict(variable_device="gpu"), None)):
             settings_lib.train_settings(train_dir="/tmp/x", cluster=worker, **values).validate()
 

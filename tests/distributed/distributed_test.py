@@ -1,11 +1,11 @@
 """Training on a cluster on 127.0.0.1: one parameter server and two workers with two towers
-each, as subprocesses of the real entry point; a normal run and a worker killed mid-run."""
+each, as subprocesses of the real entry point (local_cluster.py); a normal run, a worker killed
+mid-run and one stopped by a signal."""
 
 import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,18 +23,16 @@ from inception.driver import launch
 from inception.run.directory import RunDirectory
 from inception.run.directory import SETTINGS_FILE
 from tests import testing_utils
+from tests.distributed import local_cluster
+from tests.distributed.local_cluster import error_lines
+from tests.distributed.local_cluster import RUN_TIMEOUT_SECS
+from tests.distributed.local_cluster import step_lines
 
 tf1 = tf.compat.v1
 
-STARTUP_TIMEOUT_SECS = 120
-STEP_TIMEOUT_SECS = 60
-RUN_TIMEOUT_SECS = 240  # a whole run of one task, start-up and graph building included
 # A parameter server notices a lost worker within PROBE_INTERVAL_SECS * PROBE_FAILURES (plus
 # its probes' time); the other tasks' calls to it then fail at once.
 LOST_WORKER_BOUND_SECS = 45
-TINY = ("--dataset=demo", "--image_size=107", "--depth_multiplier=0.1", "--batch_size=4",
-        "--num_gpus=2", "--log_every_n_steps=1", "--save_summaries_steps=1",
-        "--save_checkpoint_steps=100")
 DATA_DIR = None
 
 
@@ -43,106 +41,9 @@ def setUpModule():
     DATA_DIR = testing_utils.tiny_demo_data(train=24, validation=10)
 
 
-def free_ports(count):
-    """`count` distinct TCP ports free on 127.0.0.1 right now."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
-class LocalCluster:
-    """One ps and two worker tasks of `python -m inception.train`, each in its own process
-    group with its output in a file; `stop()` kills whatever still runs."""
-
-    def __init__(self, train_dir, max_steps):
-        ps_port, *worker_ports = free_ports(3)
-        self.addresses = {"ps0": f"127.0.0.1:{ps_port}",
-                          "worker0": f"127.0.0.1:{worker_ports[0]}",
-                          "worker1": f"127.0.0.1:{worker_ports[1]}"}
-        self.log_dir = testing_utils.temp_dir("cluster_logs")
-        cluster = (f"--ps_hosts={self.addresses['ps0']}",
-                   f"--worker_hosts={self.addresses['worker0']},{self.addresses['worker1']}",
-                   f"--startup_timeout_secs={STARTUP_TIMEOUT_SECS}",
-                   f"--step_timeout_secs={STEP_TIMEOUT_SECS}")
-        training_flags = (f"--train_dir={train_dir}", f"--data_dir={DATA_DIR}",
-                          f"--max_steps={max_steps}") + TINY
-        self.commands = {
-            "ps0": ("--job_name=ps", "--task_id=0") + cluster,
-            "worker0": ("--job_name=worker", "--task_id=0") + cluster + training_flags,
-            "worker1": ("--job_name=worker", "--task_id=1") + cluster + training_flags,
-        }
-        self.processes = {}
-
-    def __enter__(self):
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), TF_CPP_MIN_LOG_LEVEL="2")
-        for name, args in self.commands.items():
-            with open(self.log_path(name), "w", encoding="utf-8") as log:
-                self.processes[name] = subprocess.Popen(
-                    [sys.executable, "-m", "inception.train", *args], stdout=log,
-                    stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        return self
-
-    def __exit__(self, *exc_info):
-        self.stop()
-
-    def log_path(self, name):
-        """The file holding task `name`'s stdout and stderr."""
-        return os.path.join(self.log_dir, f"{name}.log")
-
-    def output(self, name):
-        """Everything task `name` printed so far."""
-        with open(self.log_path(name), encoding="utf-8", errors="replace") as log:
-            return log.read()
-
-    def wait(self, name, timeout):
-        """Task `name`'s exit status; fails the test if it runs longer than `timeout` s."""
-        try:
-            return self.processes[name].wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"{name} still runs after {timeout} s; its output:\n"
-                                 f"{self.output(name)[-3000:]}") from None
-
-    def wait_all(self, names, timeout):
-        """{name: exit status} of tasks `names`, all within `timeout` s in total."""
-        deadline = time.time() + timeout
-        return {name: self.wait(name, max(1.0, deadline - time.time())) for name in names}
-
-    def wait_for_output(self, name, pattern, timeout):
-        """Waits until task `name` prints a line matching `pattern`."""
-        deadline = time.time() + timeout
-        while not re.search(pattern, self.output(name), re.MULTILINE):
-            if time.time() > deadline or self.processes[name].poll() is not None:
-                raise AssertionError(f"{name} printed no {pattern!r} within {timeout} s:\n"
-                                     f"{self.output(name)[-3000:]}")
-            time.sleep(0.5)
-
-    def kill(self, name):
-        """SIGKILL to task `name`'s process group."""
-        process = self.processes[name]
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=30)
-
-    def stop(self):
-        """Kills every task that still runs."""
-        for name in self.processes:
-            self.kill(name)
-
-
-def step_lines(output):
-    """[(step, loss)] of the `step N, loss = X` lines."""
-    return [(int(step), float(loss))
-            for step, loss in re.findall(r": step (\d+), loss = ([\d.]+) ", output)]
-
-
-def error_lines(output):
-    """The lines an entry point printed as `error: ...`."""
-    return [line for line in output.splitlines() if line.startswith("error: ")]
+def LocalCluster(train_dir, max_steps):  # pylint: disable=invalid-name
+    """The cluster of these tests: one parameter server and two workers."""
+    return local_cluster.LocalCluster(DATA_DIR, train_dir, max_steps, num_ps=1)
 
 
 class ClusterRunTest(unittest.TestCase):
@@ -209,21 +110,12 @@ class ClusterRunTest(unittest.TestCase):
     def test_a_signalled_worker_stops_the_cluster_and_the_chief_saves(self):
         train_dir = testing_utils.temp_dir("cluster_signal")
         with LocalCluster(train_dir, max_steps=100_000) as cluster:
-            cluster.wait_for_output("worker1", r": step 2, loss", RUN_TIMEOUT_SECS)
-            cluster.processes["worker1"].send_signal(signal.SIGTERM)
-            codes = cluster.wait_all(list(cluster.processes), LOST_WORKER_BOUND_SECS)
-            outputs = {name: cluster.output(name) for name in cluster.processes}
+            codes, outputs = local_cluster.stop_worker_1_by_signal(cluster,
+                                                                   LOST_WORKER_BOUND_SECS)
         self.assertEqual(codes, {"ps0": 0, "worker0": 1, "worker1": 128 + signal.SIGTERM},
                          outputs)
         self.assertIn("stopped by SIGTERM", outputs["worker1"])
-        chief_error = error_lines(outputs["worker0"])
-        self.assertEqual(len(chief_error), 1, outputs["worker0"])
-        match = re.search(r"training stopped at step (\d+) because another task of the "
-                          r"cluster stopped .*the chief saved (\S+);", chief_error[0])
-        self.assertIsNotNone(match, chief_error[0])
-        step, saved = int(match.group(1)), match.group(2)
-        self.assertEqual(saved, RunDirectory(train_dir).newest())
-        self.assertEqual(int(tf.train.load_checkpoint(saved).get_tensor("global_step")), step)
+        step, _ = local_cluster.chief_saved_after_peer_stop(self, outputs["worker0"], train_dir)
         self.assertEqual(step_lines(outputs["worker1"])[-1][0], step)
 
 

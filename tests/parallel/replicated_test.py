@@ -18,6 +18,7 @@ from inception.parallel import all_reduce
 from inception.parallel import copies as copies_lib
 from inception.parallel import devices
 from inception.parallel import step_graph
+from tests import faults
 from tests import testing_utils
 
 tf1 = tf.compat.v1
@@ -33,21 +34,6 @@ TWO_STAGES = plans.TrainingPlan((
 # steps (epsilon 1.0 keeps its division tame). Measured: at most 2e-7 apart. A tower's batch
 # counted twice or not at all moves the weights by 1e-3 or more (test_the_check_can_fail).
 TOLERANCE = 2e-6
-
-
-def poisoned_on_tower_1_at_step(step):
-    """The small conv model, whose tower 1's loss is NaN at global step `step` (a NaN image
-    would not do: the ReLU turns NaN into 0): its gradients, and so the all-reduced sum, are
-    not finite then."""
-    model_fn = testing_utils.small_conv_model_fn()
-
-    def poisoned(images, labels):
-        terms = model_fn(images, labels)
-        if not tf1.get_default_graph().get_name_scope().startswith("tower_1"):
-            return terms
-        poison = tf.where(tf.equal(tf1.train.get_global_step(), step), float("nan"), 1.0)
-        return {name: loss * poison for name, loss in terms.items()}
-    return poisoned
 
 
 def train(tower_devices, spec=None, plan=None, accumulate_steps=1, steps=STEPS,
@@ -143,7 +129,7 @@ class ReplicatedEqualsParameterServerTest(unittest.TestCase):
         self.assert_copies_identical(accumulated, 2)
 
     def test_a_non_finite_tower_skips_the_step_on_every_copy(self):
-        poisoned = poisoned_on_tower_1_at_step(1)
+        poisoned = faults.poisoned_on_tower_1_at_step(1)
         replicated, _, losses = train(TWO, RING, loss_scale=64.0, model_fn=poisoned)
         parameter_server, _, _ = train(TWO, loss_scale=64.0, model_fn=poisoned)
         self.assertTrue(np.isfinite(losses[0]).all() and not np.isfinite(losses[1][1]))

@@ -1,0 +1,181 @@
+"""A worker of a cluster without parameter servers: every worker keeps its own copies of the
+variables (replicated on its towers, as --variable_update=replicated on one machine) and each
+step's gradients are summed over every tower of every worker by TensorFlow's collective
+runtime over gRPC, with the chief (worker 0) as the group leader.
+
+What the workers must agree on, they agree on through collectives of their own:
+- the start: the chief initializes or restores the model and broadcasts every saved variable;
+  the others receive them, then fill their towers' copies (all_reduce.broadcast_variables);
+- every step: one small all-reduce sums each worker's vote to stop (a signal, or the chief's
+  early stopping) and its count of towers whose loss is not finite, so that every worker stops
+  after the same step, and a divergence on one worker stops them all;
+- a lost worker: the collectives of the others fail within a second (gRPC fail-fast; measured
+  0.1 s on loopback), a stuck one after --step_timeout_secs (the session's operation timeout).
+
+Every collective of a group must run on every member: one whose output nothing fetched is
+pruned from the step, and the others then wait for it until the timeout (seen while building
+this: a tower's all-reduce left out of the fetches hung the whole group).
+"""
+
+import math
+import time
+
+import tensorflow as tf
+
+from inception.distributed.connections import ClusterError
+from inception.distributed.connections import SHUTDOWN_TIMEOUT_SECS
+from inception.distributed.worker import ClusterWorker
+from inception.loop import guards
+from inception.loop import replica as replica_lib
+from inception.loop import resume
+from inception.loop.session_loop import timestamped
+from inception.parallel import all_reduce
+from inception.parallel import copies as copies_lib
+
+tf1 = tf.compat.v1
+
+CHIEF_DEVICE = "/job:worker/replica:0/task:0"
+
+
+def collective_config(config):
+    """A copy of the ConfigProto `config` that names the chief as the collectives' group
+    leader (every task's server and session need it)."""
+    copied = tf1.ConfigProto()
+    copied.CopyFrom(config)
+    copied.experimental.collective_group_leader = CHIEF_DEVICE
+    return copied
+
+
+class CollectiveWorker(ClusterWorker):
+    """The hooks `session_loop.run_training` calls for one worker of a cluster without
+    parameter servers (see the module docstring). Construct it before building the graph and
+    pass it to run_training as `replica`; the graph is built with the placement's
+    all_reduce spec (num_workers set), not with an optimizer wrapper."""
+
+    # The update needs no wrapper: the all-reduce inside the step makes it synchronous.
+    wrap_optimizer = None
+
+    def __init__(self, settings, server_config, log=print, on_stuck=None):
+        super().__init__(settings, collective_config(server_config), log, on_stuck)
+        self._vote = 0.0  # 1.0 once this task wants to stop: sent with the next step
+        self._stop_agreed = False
+        self._train_graph = None
+
+    def device_scope(self):
+        """Everything, variables included, on this worker."""
+        return tf1.device(self.worker_device)
+
+    def build(self, train_graph):
+        """Adds the start-up broadcast and each stage's vote (see the module docstring)."""
+        self._train_graph = train_graph
+        saved = copies_lib.saved_variables(tf1.global_variables())
+        device = self.local_device("/cpu:0")
+        workers = self.settings.num_workers
+        keys = all_reduce.InstanceKeys(all_reduce.WORKER_INSTANCE_KEYS)
+        self._ops = {
+            "init": tf1.global_variables_initializer(),
+            "broadcast": all_reduce.broadcast_variables(
+                [saved[name] for name in sorted(saved)], device, workers, self.is_chief, keys),
+            "global_step": train_graph.global_step,
+        }
+        with tf.device(device), tf.name_scope("cluster_vote"):
+            self._vote_input = tf1.placeholder_with_default(0.0, [], name="stop")
+            self._votes = []
+            for ops in train_graph.stages:
+                losses = tf.stack(ops.tower_losses)
+                not_finite = tf.reduce_sum(tf.cast(~tf.math.is_finite(losses), tf.float32))
+                self._votes.append(all_reduce.sum_over_workers(
+                    tf.stack([self._vote_input, not_finite]), device, workers, keys))
+
+    def open_session(self, graph, session_config):
+        """A session on this worker's server, once every other worker's port answers (bounded
+        by startup_timeout_secs)."""
+        config = collective_config(session_config)
+        config.device_filters[:] = [self.worker_device]
+        config.operation_timeout_in_ms = int(self.settings.step_timeout_secs * 1000)
+        self._wait_for_tasks("worker", time.time() + self.settings.startup_timeout_secs,
+                             self._workers_late)
+        return self._closing(tf1.Session(self._server.target, graph=graph, config=config))
+
+    def _workers_late(self, missing):
+        return ClusterError(
+            f"{', '.join(missing)} did not come up within {self.settings.startup_timeout_secs:g}"
+            " s; start every worker with the same --worker_hosts or raise "
+            "--startup_timeout_secs.")
+
+    def wait_until_ready(self, session):
+        """Non-chief start: receives the chief's variables; returns the global step."""
+        self._log(timestamped(f"{self.settings.describe()}: waiting for the chief (worker 0 at "
+                              f"{self.settings.worker_hosts[0]}) to send the model"))
+        self._run("init", session, self.settings.step_timeout_secs, "initializing")
+        self._receive_or_send(session)
+        resume.fill_copies(session, self._train_graph)
+        return int(self._run("global_step", session, SHUTDOWN_TIMEOUT_SECS, "starting"))
+
+    def begin(self, session):
+        """Chief: sends the variables it initialized or restored to every other worker."""
+        if not self.is_chief:
+            return
+        self._receive_or_send(session)
+        self._log(timestamped(
+            f"{self.settings.describe()}: sent the model to the other worker(s); each step "
+            "sums the gradients of every tower of every worker"))
+
+    def _receive_or_send(self, session):
+        timeout = self.settings.startup_timeout_secs
+        try:
+            with self._watchdog.around(timeout, "the start-up broadcast"):
+                session.run(self._ops["broadcast"],
+                            options=tf1.RunOptions(timeout_in_ms=int(timeout * 1000)))
+        except tf.errors.DeadlineExceededError:
+            raise ClusterError(
+                f"worker {self.settings.task_id}: the model did not reach every worker within "
+                f"{timeout:g} s; start every worker with the same flags (or raise "
+                "--startup_timeout_secs).") from None
+        except tf.errors.OpError as error:
+            raise self.explain(error, "at start-up") from None
+
+    def agree_to_stop(self, wanted):
+        """True once every worker has agreed to stop; a task that wants to stop first runs one
+        more step, which tells the others."""
+        if wanted and not self._stop_agreed:
+            self._vote = 1.0
+        return self._stop_agreed
+
+    def run_step(self, session, fetches, step):
+        """One step of every worker; returns (fetched values, step + 1).
+
+        Raises replica_lib.PeerStopped when another worker asked to stop after this step,
+        guards.Diverged when another worker's tower loss was not finite, and ClusterError
+        when a worker is lost or the step does not end within step_timeout_secs.
+        """
+        timeout = self.settings.step_timeout_secs
+        votes = self._votes[self._train_graph.plan.stage_index_at(step)]
+        where = f"after step {step}"
+        try:
+            with self._watchdog.around(timeout, f"the step after step {step}"):
+                out, (stops, not_finite) = session.run(
+                    (fetches, votes), feed_dict={self._vote_input: self._vote},
+                    options=tf1.RunOptions(timeout_in_ms=int(timeout * 1000)))
+        except tf.errors.OpError as error:
+            raise self.explain(error, where, timeout) from None
+        step += 1
+        own = sum(1 for value in out["losses"] if not math.isfinite(float(value)))
+        if not_finite > own:
+            raise guards.Diverged(step, cause=(
+                f"loss is not finite at step {step} on another worker of the cluster "
+                f"({int(not_finite - own)} tower(s); see its log)"))
+        if stops > 0:
+            self._stop_agreed = True
+            if not self._vote:
+                raise replica_lib.PeerStopped(step)
+        return out, step
+
+    def before_save(self, session):
+        """Nothing: the chief's own copies are every worker's, and the loop checks them."""
+        del session
+
+    def finish(self, session):
+        """Nothing to release: a worker still waiting in a collective for this one fails at
+        once when this process ends."""
+        del session

@@ -1,0 +1,151 @@
+"""A cluster of `python -m inception.train` tasks on 127.0.0.1 for the loopback tests: with one
+parameter server, or none (the workers all-reduce), each task a subprocess with its output in a
+file."""
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import tensorflow as tf
+
+from inception.run.directory import RunDirectory
+from tests import testing_utils
+
+STARTUP_TIMEOUT_SECS = 120
+STEP_TIMEOUT_SECS = 60
+RUN_TIMEOUT_SECS = 240  # a whole run of one task, start-up and graph building included
+TINY = ("--dataset=demo", "--image_size=107", "--depth_multiplier=0.1", "--batch_size=4",
+        "--num_gpus=2", "--log_every_n_steps=1", "--save_summaries_steps=1",
+        "--save_checkpoint_steps=100")
+
+
+def free_ports(count):
+    """`count` distinct TCP ports free on 127.0.0.1 right now."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+class LocalCluster:
+    """`num_ps` parameter servers (0 or 1) and two worker tasks of `python -m inception.train`
+    training on `data_dir` into `train_dir`, each in its own process group with its output in
+    a file; `stop()` kills whatever still runs."""
+
+    def __init__(self, data_dir, train_dir, max_steps, num_ps=1, extra_flags=()):
+        ports = free_ports(num_ps + 2)
+        self.addresses = {f"ps{task}": f"127.0.0.1:{port}"
+                          for task, port in enumerate(ports[:num_ps])}
+        self.addresses.update({f"worker{task}": f"127.0.0.1:{port}"
+                               for task, port in enumerate(ports[num_ps:])})
+        self.log_dir = testing_utils.temp_dir("cluster_logs")
+        cluster = (f"--worker_hosts={self.addresses['worker0']},{self.addresses['worker1']}",
+                   f"--startup_timeout_secs={STARTUP_TIMEOUT_SECS}",
+                   f"--step_timeout_secs={STEP_TIMEOUT_SECS}")
+        if num_ps:
+            cluster += (f"--ps_hosts={self.addresses['ps0']}",)
+        training_flags = (f"--train_dir={train_dir}", f"--data_dir={data_dir}",
+                          f"--max_steps={max_steps}") + TINY + tuple(extra_flags)
+        self.commands = {f"ps{task}": ("--job_name=ps", f"--task_id={task}") + cluster
+                         for task in range(num_ps)}
+        for task in range(2):
+            self.commands[f"worker{task}"] = (
+                ("--job_name=worker", f"--task_id={task}") + cluster + training_flags)
+        self.processes = {}
+
+    def __enter__(self):
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), TF_CPP_MIN_LOG_LEVEL="2")
+        for name, args in self.commands.items():
+            with open(self.log_path(name), "w", encoding="utf-8") as log:
+                self.processes[name] = subprocess.Popen(
+                    [sys.executable, "-m", "inception.train", *args], stdout=log,
+                    stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        return self
+
+    def __exit__(self, *exc_info):
+        self.stop()
+
+    def log_path(self, name):
+        """The file holding task `name`'s stdout and stderr."""
+        return os.path.join(self.log_dir, f"{name}.log")
+
+    def output(self, name):
+        """Everything task `name` printed so far."""
+        with open(self.log_path(name), encoding="utf-8", errors="replace") as log:
+            return log.read()
+
+    def wait(self, name, timeout):
+        """Task `name`'s exit status; fails the test if it runs longer than `timeout` s."""
+        try:
+            return self.processes[name].wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"{name} still runs after {timeout} s; its output:\n"
+                                 f"{self.output(name)[-3000:]}") from None
+
+    def wait_all(self, names, timeout):
+        """{name: exit status} of tasks `names`, all within `timeout` s in total."""
+        deadline = time.time() + timeout
+        return {name: self.wait(name, max(1.0, deadline - time.time())) for name in names}
+
+    def wait_for_output(self, name, pattern, timeout):
+        """Waits until task `name` prints a line matching `pattern`."""
+        deadline = time.time() + timeout
+        while not re.search(pattern, self.output(name), re.MULTILINE):
+            if time.time() > deadline or self.processes[name].poll() is not None:
+                raise AssertionError(f"{name} printed no {pattern!r} within {timeout} s:\n"
+                                     f"{self.output(name)[-3000:]}")
+            time.sleep(0.5)
+
+    def kill(self, name):
+        """SIGKILL to task `name`'s process group."""
+        process = self.processes[name]
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+
+    def stop(self):
+        """Kills every task that still runs."""
+        for name in self.processes:
+            self.kill(name)
+
+
+def stop_worker_1_by_signal(cluster, timeout):
+    """SIGTERM to worker 1 once it logged step 2; returns ({task: exit status}, {task:
+    output}) once every task ended (within `timeout` s)."""
+    cluster.wait_for_output("worker1", r": step 2, loss", RUN_TIMEOUT_SECS)
+    cluster.processes["worker1"].send_signal(signal.SIGTERM)
+    codes = cluster.wait_all(list(cluster.processes), timeout)
+    return codes, {name: cluster.output(name) for name in cluster.processes}
+
+
+def chief_saved_after_peer_stop(test, chief_output, train_dir):
+    """(step, checkpoint) named by the chief's one error line after another worker stopped the
+    cluster; checks with `test` that the checkpoint is the newest and holds that step."""
+    chief_error = error_lines(chief_output)
+    test.assertEqual(len(chief_error), 1, chief_output)
+    match = re.search(r"training stopped at step (\d+) because another task of the "
+                      r"cluster stopped .*the chief saved (\S+);", chief_error[0])
+    test.assertIsNotNone(match, chief_error[0])
+    step, saved = int(match.group(1)), match.group(2)
+    test.assertEqual(saved, RunDirectory(train_dir).newest())
+    test.assertEqual(int(tf.train.load_checkpoint(saved).get_tensor("global_step")), step)
+    return step, saved
+
+
+def step_lines(output):
+    """[(step, loss)] of the `step N, loss = X` lines."""
+    return [(int(step), float(loss))
+            for step, loss in re.findall(r": step (\d+), loss = ([\d.]+) ", output)]
+
+
+def error_lines(output):
+    """The lines an entry point printed as `error: ...`."""
+    return [line for line in output.splitlines() if line.startswith("error: ")]

@@ -3,7 +3,7 @@ with the variables on the CPU (parameter_server) and with a copy per tower and a
 over the collective ring (replicated), for several gradient buffer counts. Seconds per step
 (median) and peak resident memory of each.
 
-    python3 bench/replicated.py --output_json=bench/results/replicated-cpu-2core.json
+    python3 -m bench.replicated --output_json=bench/results/replicated-cpu-2core.json
 
 Run by hand from the repository root with the project's environment (`bin/bazel` makes it;
 its python is ~/.cache/inception/venv-cpu-*/bin/python). Each configuration runs in its own
@@ -20,6 +20,8 @@ import statistics
 import subprocess
 import sys
 import time
+
+from common import machine
 
 PARAMETER_SERVER = "parameter_server"
 BUFFER_COUNTS = (0, 1, 2, 4, 8)
@@ -120,22 +122,9 @@ def main():
                        "peak_mib": peaks, "steps_per_configuration": len(times[PARAMETER_SERVER]),
                        "towers": 2, "batch": args.batch, "image_size": args.image_size,
                        "depth_multiplier": args.depth_multiplier,
-                       "machine": f"{platform.machine()} {_cpu_name()}, {os.cpu_count()} cores",
+                       "machine": f"{platform.machine()} {machine.cpu_summary()}",
                        "date": time.strftime("%Y-%m-%d")}, handle, indent=2)
             handle.write("\n")
-
-
-def _cpu_name():
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            flags = handle.read()
-    except OSError:
-        return "CPU"
-    names = [line.split(":", 1)[1].strip() for line in flags.splitlines()
-             if line.startswith("model name")]
-    extras = [flag for flag in ("amx_bf16", "avx512_fp16", "avx512f", "avx2")
-              if f" {flag}" in flags]
-    return f"{names[0] if names else 'CPU'} ({', '.join(extras[:2])})"
 
 
 if __name__ == "__main__":

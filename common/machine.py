@@ -1,6 +1,7 @@
 """Facts about this machine without TensorFlow: the CPU (/proc/cpuinfo) and the NVIDIA GPUs
 (nvidia-smi)."""
 
+import os
 import subprocess
 
 CPUINFO = "/proc/cpuinfo"
@@ -29,6 +30,16 @@ def cpu_flags(cpuinfo_path=CPUINFO):
 def cpu_model(cpuinfo_path=CPUINFO):
     """The CPU's model name, e.g. "Intel(R) Xeon(R) ..."; None when cpuinfo does not say."""
     return cpuinfo_value("model name", cpuinfo_path)
+
+
+def cpu_summary(cpuinfo_path=CPUINFO):
+    """The CPU as benchmark results name it: model, its widest vector extensions and the core
+    count, e.g. "Intel(R) Xeon(R) ... (amx_bf16, avx512_fp16), 2 cores"."""
+    flags = cpu_flags(cpuinfo_path)
+    extensions = [flag for flag in ("amx_bf16", "avx512_fp16", "avx512f", "avx2")
+                  if flag in flags][:2]
+    return (f"{cpu_model(cpuinfo_path) or 'CPU'} ({', '.join(extensions)}), "
+            f"{os.cpu_count()} cores")
 
 
 def nvidia_gpus():

@@ -9,10 +9,18 @@
                                        evaluations since found nothing better
 ```
 
-Every tool that takes a training directory takes `best/` too (eval, export, classify). A new
-best replaces the old one in an order that leaves a usable directory at every moment: the new
-checkpoint's files are copied in under temporary names and renamed, then the `checkpoint` list
-names it (one atomic rewrite), then best.json, and only then are the old files removed.
+Every tool that takes a training directory takes `best/` too (eval, export, classify).
+
+best.json is the commit point of a replacement. The new checkpoint's files are copied in first
+(each under a temporary name, then renamed; its `.index`, which makes it readable, last), then
+best.json is rewritten (one atomic rename) to describe it, then the `checkpoint` list names it,
+and only then are the old files removed. A failure before best.json leaves the old best, and
+the new files are removed; a crash anywhere leaves either the old best or the new one
+complete, and `recover` (run by every read and every replacement) finishes or undoes what the
+crash left: the `checkpoint` list is made to name what best.json describes, and the files of
+any other checkpoint and temporary files are removed. So best.json, as read here, always
+agrees with the checkpoint the list names, and the value a new score must beat is that of the
+checkpoint kept.
 """
 
 import dataclasses
@@ -67,8 +75,13 @@ class BestCheckpoint:
         self.directory = RunDirectory(best_dir(train_dir))
 
     def read(self):
-        """The BestRecord, or None when nothing was kept yet. A damaged best.json is
-        CheckpointError saying what to do."""
+        """The BestRecord, or None when nothing was kept yet; repairs what a crash in the middle
+        of a replacement left first (`recover`). A damaged best.json is CheckpointError saying
+        what to do."""
+        self.recover()
+        return self._read_record()
+
+    def _read_record(self):
         path = self.directory.file(RECORD_FILE)
         if not tf.io.gfile.exists(path):
             return None
@@ -78,30 +91,70 @@ class BestCheckpoint:
             raise CheckpointError(f"{path} is damaged ({error}); delete {self.directory.path} "
                                   "to choose the best checkpoint afresh.") from None
 
+    def recover(self):
+        """Makes best/ consistent after a crash in the middle of a replacement: when best.json
+        describes a checkpoint whose files are all here, the `checkpoint` list names it alone,
+        and the files of every other checkpoint, and temporary files, are removed."""
+        if not self.directory.exists():
+            return
+        record = self._read_record()
+        if record is None:
+            return
+        kept = self.directory.prefix(record.step)
+        if not tf.io.gfile.exists(kept + ".index"):
+            return  # best.json was edited by hand: leave the directory as it is
+        if self.directory.listed() != [kept]:
+            self.directory.rewrite_state([kept])
+        for path in files_starting_with(self.directory.prefix()):
+            if not path.startswith(kept + "."):
+                tf.io.gfile.remove(path)
+        for name in tf.io.gfile.listdir(self.directory.path):
+            if ".tmp-" in name:
+                tf.io.gfile.remove(self.directory.file(name))
+
     def keep(self, checkpoint_path, metric, value):
         """Copies `checkpoint_path` (a prefix in train_dir) into best/ as the new best and
-        records it; returns (the new BestRecord, the prefix of the copy)."""
+        records it; returns (the new BestRecord, the prefix of the copy).
+
+        Raises BestNotKept (a CheckpointError) when it fails: before best.json was rewritten
+        the previous best is left as it was; after, the new one is kept and what is left to do
+        is done by the next `recover`.
+        """
         record = BestRecord(metric=metric, value=float(value), step=step_of(checkpoint_path),
                             when=datetime.datetime.now().isoformat(timespec="seconds"))
-        old = self.directory.listed()
+        copy = self.directory.prefix(record.step)
+        committed = False
         try:
+            self.recover()
             tf.io.gfile.makedirs(self.directory.path)
             _copy(os.path.join(self.train_dir, SETTINGS_FILE), self.directory.file(SETTINGS_FILE))
-            copy = self.directory.prefix(record.step)
             for source in _checkpoint_files(checkpoint_path):
                 _copy(source, copy + source[len(checkpoint_path):])
-            self.directory.rewrite_state([copy])
             self.write(record)
-            for prefix in old:
-                if prefix != copy:
-                    for path in _checkpoint_files(prefix):
-                        tf.io.gfile.remove(path)
+            committed = True
+            self.recover()
         except (OSError, tf.errors.OpError) as error:
-            raise CheckpointError(
-                f"could not keep {checkpoint_path} as the best checkpoint in "
-                f"{self.directory.path} ({error_lines.file_error_cause(error)}); the previous "
-                "best is still there. Free some space or fix the directory, then rerun.") from None
+            cause = error_lines.file_error_cause(error)
+            if committed:
+                raise BestNotKept(f"kept {checkpoint_path} as the best checkpoint in "
+                                  f"{self.directory.path} but could not finish ({cause}); the "
+                                  "next read of best/ finishes it.") from None
+            self._remove_uncommitted(copy)
+            raise BestNotKept(f"could not keep {checkpoint_path} as the best checkpoint in "
+                              f"{self.directory.path} ({cause}); the previous best is still "
+                              "there. Free some space or fix the directory.") from None
         return record, copy
+
+    def _remove_uncommitted(self, copy):
+        """Best effort: the files of a copy that best.json does not describe."""
+        try:
+            record = self._read_record()
+            if record is not None and self.directory.prefix(record.step) == copy:
+                return  # the same step is the best already: its files are the kept ones
+            for path in files_starting_with(copy + "."):
+                tf.io.gfile.remove(path)
+        except (OSError, tf.errors.OpError, CheckpointError):
+            pass
 
     def write(self, record):
         """Writes best.json atomically."""
@@ -109,9 +162,16 @@ class BestCheckpoint:
                                     json.dumps(dataclasses.asdict(record), indent=2) + "\n")
 
 
+class BestNotKept(CheckpointError):
+    """A new best could not be kept (see BestCheckpoint.keep); training goes on."""
+
+
 def _checkpoint_files(prefix):
-    return [path for path in files_starting_with(prefix + ".")
-            if UNUSABLE_MARK not in path[len(prefix):] and ".tmp-" not in path]
+    """The files of checkpoint `prefix`, its `.index` last: with the index a reader takes the
+    checkpoint as whole, so it comes in after the data."""
+    paths = [path for path in files_starting_with(prefix + ".")
+             if UNUSABLE_MARK not in path[len(prefix):] and ".tmp-" not in path]
+    return sorted(paths, key=lambda path: path.endswith(".index"))
 
 
 def _copy(source, target):

@@ -14,9 +14,11 @@ import time
 
 import tensorflow as tf
 
+from common import error_lines
 from inception.inputs import datasets
 from inception.loop import cadence
 from inception.run import best as best_lib
+from inception.run.checkpoint_io import CheckpointError
 from inception.serving import saved_model
 from inception.validation import job
 from inception.validation import reporting
@@ -86,12 +88,30 @@ class TrainingValidation:
         if self.record is not None and not self.record.beaten_by(value):
             self.record = dataclasses.replace(
                 self.record, evals_without_improvement=self.record.evals_without_improvement + 1)
-            self.best.write(self.record)
+            try:
+                self.best.write(self.record)
+            except (OSError, tf.errors.OpError) as error:
+                self.log(f"warning: could not update {best_lib.RECORD_FILE} in "
+                         f"{self.best.directory.path} ({error_lines.file_error_cause(error)}); "
+                         "training goes on.")
             return
-        self.record, copy = self.best.keep(checkpoint_path, metric, value)
+        try:
+            self.record, copy = self.best.keep(checkpoint_path, metric, value)
+        except best_lib.BestNotKept as error:
+            self.log(f"warning: {error} Training goes on.")
+            self.record = self._record_on_disk()
+            return
         self.log(f"  new best {metric} = {value:.4f}: kept as {copy}")
         if self.settings.export_best_dir:
             self._export(copy)
+
+    def _record_on_disk(self):
+        """After a failed replacement: what best/ holds now (the old best or the new one), or
+        the record known before when best/ cannot be read either."""
+        try:
+            return self.best.read() or self.record
+        except (OSError, tf.errors.OpError, CheckpointError):
+            return self.record
 
     def _export(self, copy):
         try:

@@ -208,5 +208,35 @@ class BestAndEarlyStoppingTest(unittest.TestCase):
         self.assertIn("holds the best checkpoint by precision_at_1", self.lines[lines_before])
 
 
+
+class KeepingFailsTest(unittest.TestCase):
+    """A best that cannot be kept is one warning line, and training goes on."""
+
+    def validation_over(self, train_dir, lines):
+        """A TrainingValidation of `train_dir` with only what keeping a best uses."""
+        validation = in_training.TrainingValidation.__new__(in_training.TrainingValidation)
+        validation.settings = settings_lib.ValidationSettings(eval_every_n_steps=2)
+        validation.best = best_lib.BestCheckpoint(train_dir)
+        validation.record, validation.log = None, lines.append
+        return validation
+
+    def test_a_failed_keep_warns_and_keeps_the_record_on_disk(self):
+        train_dir = testing_utils.temp_dir("keep_fails")
+        with open(os.path.join(train_dir, SETTINGS_FILE), "w", encoding="utf-8") as handle:
+            handle.write("{}\n")
+        values = {"w": [1.0], "b": [0.5]}
+        first = testing_utils.write_tiny_checkpoint(train_dir, values, values, 2)
+        second = testing_utils.write_tiny_checkpoint(train_dir, values, values, 4)
+        lines = []
+        validation = self.validation_over(train_dir, lines)
+        validation._keep_if_best(first, mock.Mock(precision_at_1=0.5))  # pylint: disable=protected-access
+        full = best_lib.BestNotKept("could not keep it (No space left on device); the "
+                                    "previous best is still there.")
+        with mock.patch.object(best_lib.BestCheckpoint, "keep", side_effect=full):
+            validation._keep_if_best(second, mock.Mock(precision_at_1=0.9))  # pylint: disable=protected-access
+        self.assertEqual([line for line in lines if line.startswith("warning:")],
+                         [f"warning: {full} Training goes on."])
+        self.assertEqual((validation.record.step, validation.record.value), (2, 0.5))
+
 if __name__ == "__main__":
     absltest.main()

@@ -23,6 +23,7 @@ import time
 import tensorflow as tf
 
 from inception.distributed.connections import ClusterError
+from inception.distributed.connections import run_options
 from inception.distributed.connections import SHUTDOWN_TIMEOUT_SECS
 from inception.distributed.worker import ClusterWorker
 from inception.loop import guards
@@ -126,7 +127,7 @@ class CollectiveWorker(ClusterWorker):
         try:
             with self._watchdog.around(timeout, "the start-up broadcast"):
                 session.run(self._ops["broadcast"],
-                            options=tf1.RunOptions(timeout_in_ms=int(timeout * 1000)))
+                            options=run_options(timeout))
         except tf.errors.DeadlineExceededError:
             raise ClusterError(
                 f"worker {self.settings.task_id}: the model did not reach every worker within "
@@ -156,7 +157,7 @@ class CollectiveWorker(ClusterWorker):
             with self._watchdog.around(timeout, f"the step after step {step}"):
                 out, (stops, not_finite) = session.run(
                     (fetches, votes), feed_dict={self._vote_input: self._vote},
-                    options=tf1.RunOptions(timeout_in_ms=int(timeout * 1000)))
+                    options=run_options(timeout))
         except tf.errors.OpError as error:
             raise self.explain(error, where, timeout) from None
         step += 1

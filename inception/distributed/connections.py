@@ -4,6 +4,7 @@ other tasks, this task's server, and the queue through which workers say they ar
 import os
 import re
 import socket
+import time
 
 import tensorflow as tf
 
@@ -17,13 +18,16 @@ PROBE_FAILURES = 3
 PROBE_CONNECT_TIMEOUT_SECS = 3.0
 SHUTDOWN_TIMEOUT_SECS = 10.0
 STUCK_GRACE_SECS = 30.0
+# A killed task's connections can break a moment before its listening port closes (the kernel
+# closes a dead process's sockets one by one), so a probe right after the error may still see it.
+LOST_TASK_SETTLE_SECS = 5.0
 PS_SIGNAL_GRACE_SECS = 60.0
 CONNECTION_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError,
                      tf.errors.CancelledError, tf.errors.DeadlineExceededError,
                      tf.errors.OutOfRangeError)
 DONE_QUEUE_NAME = "inception_workers_done"
 # Lines of TensorFlow error messages that say where, not what.
-BOILERPLATE = re.compile(r"Graph execution error|Detected at node|Additional GRPC|"
+BOILERPLATE = re.compile(r"Graph execution error|Detected at node|Node: '|Additional GRPC|"
                          r"([A-Z_]+: )?From /job|File |\[\[|:\{|:UNKNOWN")
 READY_FLAG_NAME = "inception_model_ready"
 
@@ -45,13 +49,21 @@ def is_reachable(address, timeout=PROBE_CONNECT_TIMEOUT_SECS):
         return False
 
 
-def unreachable_tasks(settings):
-    """'ps 0 at host:port, ...' for the other tasks that do not accept connections now."""
-    down = [f"{job} {task} at {address}" for job in JOBS
-            for task, address in enumerate(settings.hosts(job))
-            if (job, task) != (settings.job_name, settings.task_id)
-            and not is_reachable(address)]
-    return ", ".join(down)
+def unreachable_tasks(settings, settle_secs=0.0):
+    """'ps 0 at host:port, ...' for the other tasks that do not accept connections now.
+
+    With `settle_secs`, probes again every half second for that long while every task still
+    answers, so that a task that has just died is named.
+    """
+    deadline = time.monotonic() + settle_secs
+    while True:
+        down = [f"{job} {task} at {address}" for job in JOBS
+                for task, address in enumerate(settings.hosts(job))
+                if (job, task) != (settings.job_name, settings.task_id)
+                and not is_reachable(address)]
+        if down or time.monotonic() >= deadline:
+            return ", ".join(down)
+        time.sleep(0.5)
 
 
 def start_server(settings, config):

@@ -23,6 +23,7 @@ from inception.distributed.connections import DivergedError
 from inception.distributed.connections import done_queue
 from inception.distributed.connections import first_line
 from inception.distributed.connections import is_reachable
+from inception.distributed.connections import LOST_TASK_SETTLE_SECS
 from inception.distributed.connections import PROBE_INTERVAL_SECS
 from inception.distributed.connections import ps_device
 from inception.distributed.connections import READY_FLAG_NAME
@@ -275,11 +276,12 @@ class ClusterWorker(replica_lib.Replica):
         if self._update_failures:
             return ClusterError(f"{prefix}: the chief could not apply the synchronous update "
                                 f"({first_line(self._update_failures[0])}).")
-        down = unreachable_tasks(self.settings)
+        timed_out = isinstance(error, tf.errors.DeadlineExceededError)
+        down = unreachable_tasks(self.settings, 0.0 if timed_out else LOST_TASK_SETTLE_SECS)
         down = f"; not answering now: {down}" if down else ""
         restart = ("Stop every task and start them again; training resumes from the chief's "
                    "last checkpoint.")
-        if isinstance(error, tf.errors.DeadlineExceededError):
+        if timed_out:
             waited = f" within {timeout:g} s" if timeout else " in time"
             return ClusterError(f"{prefix}: no synchronous update{waited}{down}. A worker is "
                                 f"missing, stuck, or slower than --step_timeout_secs. {restart}")

@@ -63,8 +63,10 @@ flags.DEFINE_float("num_epochs_per_decay", None, "Epochs between learning-rate d
                    f"(default: {recipe.describe_default('num_epochs_per_decay')}).")
 flags.DEFINE_float("learning_rate_decay_factor", recipe.LEARNING_RATE_DECAY_FACTOR,
                    "Learning-rate decay factor.")
-flags.DEFINE_integer("seed", None, "Seed for reproducible initial weights, input order and "
-                     "distortions.")
+flags.DEFINE_integer("seed", None, "Seed of the initial weights, the input order and every random "
+                     "draw of training (distortions, augmentation, mixing, dropout).")
+flags.DEFINE_bool("deterministic", False, "TensorFlow's op determinism: the same command writes "
+                  "bit-identical checkpoints on the same machine (--seed, 0 if not given).")
 flags.DEFINE_enum("precision", "fp32", rules.PRECISIONS,
                   "Arithmetic of the towers: fp32 (TF32 tensor cores on GPUs that have them); "
                   "bf16 (GPUs of compute capability 8.0+, or CPUs with AVX512-BF16/AMX); fp16 "

@@ -29,7 +29,8 @@ from inception.config.rules import SettingsError
 class DataSettings:
     """What a run reads. num_labels: labels in the data (background excluded), only for shards
     without labels.txt; seed: input order and distortions (and initial weights);
-    validation_fraction: of each label's images, for a folder of label folders (data/
+    deterministic: TensorFlow's op determinism, seed 0 when none is given (the same command
+    then writes bit-identical checkpoints on the same machine); validation_fraction: of each label's images, for a folder of label folders (data/
     folder_cache.py)."""
     data_dir: str = ""
     dataset: str = ""
@@ -37,6 +38,7 @@ class DataSettings:
     subset: str = "train"
     batch_size: int = None
     seed: int = None
+    deterministic: bool = False
     strict_input: bool = False
     validation_fraction: float = 0.0
 

@@ -9,10 +9,12 @@ import contextlib
 import functools
 
 import tensorflow as tf
+from tensorflow.python.framework import config as tf_config
 
 from common import error_lines
 from common import files
 from inception import distributed
+from inception.config import settings as settings_lib
 from inception.driver import lr_range
 from inception.driver import resolution
 from inception.inputs import pipeline
@@ -42,7 +44,14 @@ def describe_run(run):
             f"{run.dataset.data_dir}); Inception v3 x{model_settings.depth_multiplier:g} at "
             f"{model_settings.image_size}px; {run.placement.towers.describe()}; {batch} "
             f"({batch_size // run.placement.num_towers} per tower); "
-            f"{run.placement.describe_arithmetic()}; up to step {settings.loop.max_steps}")
+            f"{run.placement.describe_arithmetic()}; up to step {settings.loop.max_steps}"
+            f"{_describe_randomness(settings.data)}")
+
+
+def _describe_randomness(data):
+    if data.seed is None:
+        return ""
+    return f"; seed {data.seed}" + (", deterministic ops" if data.deterministic else "")
 
 
 def graph_builder(run, replica, learning_rate=None):
@@ -60,7 +69,9 @@ def graph_builder(run, replica, learning_rate=None):
                 run.shards, data.batch_size * settings.optimization.accumulate_steps,
                 settings.model.image_size, settings.model.num_classes, seed=seed,
                 strict=data.strict_input, crop=run.dataset.defaults.crop,
-                augmentation=settings.augmentation)
+                augmentation=settings.augmentation,
+                # One process's position: a cluster's workers each read their own stream.
+                examples_per_epoch=None if replica else run.examples_per_epoch)
         mixing_seed = pipeline.fresh_seed() if seed is None else seed
         return step_graph.build_train_graph(
             input_batch, functools.partial(network.make_model_fn, settings.model,
@@ -111,7 +122,38 @@ def check_writable(train_dir):
             "pass a directory you can write.") from None
 
 
+@contextlib.contextmanager
+def op_determinism(enabled):
+    """TensorFlow's op determinism while the block runs (when `enabled`): every op then gives
+    the same result for the same input on the same machine, or fails naming itself (on a GPU,
+    an op without a deterministic kernel). Process-wide, so it is set back after the run
+    (through TensorFlow's own module: the public API can only enable it)."""
+    was_enabled = tf_config.is_op_determinism_enabled()
+    if enabled and not was_enabled:
+        tf.config.experimental.enable_op_determinism()
+    try:
+        yield
+    finally:
+        if enabled and not was_enabled:
+            tf_config.disable_op_determinism()
+
+
+def explain_determinism(error):
+    """A SettingsError for an op that has no deterministic kernel here, else None."""
+    message = getattr(error, "message", str(error))
+    if not isinstance(error, tf.errors.UnimplementedError) or "eterminis" not in message:
+        return None
+    return settings_lib.SettingsError(
+        f"--deterministic: {error_lines.root_cause(message)}; drop --deterministic to train "
+        "with this op, or train on the CPU.")
+
+
 def _train_resolved(run, log, on_stuck):
+    with op_determinism(run.settings.data.deterministic):
+        return _run_training(run, log, on_stuck)
+
+
+def _run_training(run, log, on_stuck):
     settings = run.settings
     if settings.is_chief:
         RunDirectory(settings.train_dir).write_settings(settings)
@@ -126,7 +168,7 @@ def _train_resolved(run, log, on_stuck):
                                          run.make_initializer, log=log, replica=replica,
                                          validation=validation)
     except tf.errors.OpError as error:
-        input_error = pipeline.explain(error)
+        input_error = pipeline.explain(error) or explain_determinism(error)
         if input_error is not None:
             raise input_error from None
         if replica is None:

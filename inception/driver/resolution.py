@@ -31,6 +31,9 @@ class ResolvedRun:
     make_initializer: object
 
 
+DETERMINISTIC_SEED = 0  # --deterministic without --seed
+
+
 def resolve_run(settings, log=print):
     """Checks `settings` (a TrainSettings) against the machine, `train_dir` and the data;
     writes nothing (it sets this process's GPU options for the towers). Returns ResolvedRun.
@@ -42,9 +45,12 @@ def resolve_run(settings, log=print):
     dataset = resolve_dataset(settings.data, stored, log)
     filled = settings_lib.fill_defaults(settings, dataset.defaults)
     optimization = filled.optimization
+    seed = filled.data.seed
+    if seed is None and filled.data.deterministic:
+        seed = DETERMINISTIC_SEED
     resolved = dataclasses.replace(
         filled, data=dataclasses.replace(filled.data, data_dir=dataset.data_dir,
-                                         dataset=dataset.name),
+                                         dataset=dataset.name, seed=seed),
         model=resolve_model_settings(settings.model, filled.model, dataset, stored),
         optimization=dataclasses.replace(optimization, plan=optimization.training_plan()),
         devices=dataclasses.replace(filled.devices, num_towers=placement.num_towers),

@@ -1,7 +1,14 @@
 """tf.data input: TFRecord shards -> parsed Examples -> preprocessed images -> global batches.
 
-Runs on the CPU. Training interleaves shards, shuffles, repeats forever and drops the last
-partial batch (towers need equal batches); evaluation reads every example once, in order.
+Runs on the CPU. Training reads epoch after epoch, forever, and drops the last partial batch
+(towers need equal batches); evaluation reads every example once, in order.
+
+With a seed, the training stream is a function of the seed alone: epoch e reads the shards in
+an order drawn from (seed, e), through a shuffle buffer seeded the same way, and the k-th record
+of epoch e is distorted with a seed made of (seed, e, k). So the stream can start anywhere: a
+run that tracks its position (a variable saved in every checkpoint) resumes with the batch the
+uninterrupted run would have read next, skipping at most one epoch's records (read, not
+decoded). Damaged records that were skipped shift that position by their number.
 A record whose JPEG is truncated or not a JPEG is skipped and counted (or, with `strict`, stops
 the run with an error that names the file).
 """
@@ -19,6 +26,8 @@ from inception.inputs import preprocessing
 tf1 = tf.compat.v1
 AUTOTUNE = tf.data.AUTOTUNE
 DEFAULT_SHUFFLE_BUFFER = 10_000
+EPOCH_SEED_STRIDE = 1 << 24  # epoch seeds (seed * stride + epoch) of two seeds never meet
+LAST_EPOCH = 1 << 40  # "forever"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,12 +36,15 @@ class InputBatch:
 
     images: float32 [batch, size, size, 3] in [-1, 1]; labels: int32 [batch] in [0, num_classes).
     corrupt_records: int64 scalar, records skipped so far because their image was damaged.
-    initializer: run once per session before reading.
+    initializer: run once per session before reading; training starts reading at `position`.
+    position: int64 variable, saved in checkpoints: the examples trained on so far (the step
+      graph adds each update's examples); None when the position is not tracked.
     """
     images: tf.Tensor
     labels: tf.Tensor
     corrupt_records: tf.Tensor
     initializer: tf.Operation
+    position: tf.Variable = None
 
 
 def parse_example(serialized):
@@ -133,14 +145,25 @@ def _decode_or_skip(encoded, filename, decode, image_size, counter, strict):
 def _records(shards, shuffle_files, seed, deterministic):
     files = tf.data.Dataset.from_tensor_slices(shards)
     if shuffle_files:
-        files = files.shuffle(len(shards), seed=seed, reshuffle_each_iteration=True).repeat()
+        files = files.shuffle(len(shards), seed=seed, reshuffle_each_iteration=False)
     return files.interleave(tf.data.TFRecordDataset, cycle_length=min(len(shards), 16),
                             num_parallel_calls=AUTOTUNE, deterministic=deterministic)
 
 
+def _epoch_records(shards, seed, epoch, shuffle_buffer, deterministic):
+    """(per-record seed [2], record) of one epoch, in an order drawn from (seed, epoch) alone."""
+    epoch_seed = seed * EPOCH_SEED_STRIDE + epoch
+    records = _records(shards, True, epoch_seed, deterministic)
+    records = records.shuffle(shuffle_buffer, seed=epoch_seed, reshuffle_each_iteration=False)
+    epoch_key = tf.stack([tf.constant(seed, tf.int64), epoch])
+    return records.enumerate().map(
+        lambda index, record: (tf.random.experimental.stateless_fold_in(epoch_key, index),
+                               record))
+
+
 def build_train_input(shards, batch_size, image_size, num_classes, seed=None, strict=False,
                       shuffle_buffer=DEFAULT_SHUFFLE_BUFFER, crop=recipe.ORIGINAL_CROP,
-                      threads=0, augmentation=None):
+                      threads=0, augmentation=None, examples_per_epoch=None):
     """Training batches: distorted images, forever, in global batches of `batch_size`.
 
     Args:
@@ -152,6 +175,8 @@ def build_train_input(shards, batch_size, image_size, num_classes, seed=None, st
       threads: size of a private thread pool for the pipeline (0: tf.data's shared default).
       augmentation: settings.AugmentationSettings for RandAugment and random erasing after
         the distortions (preprocessing.train_image); None: the distortions alone.
+      examples_per_epoch: the records in `shards`: the position is tracked (InputBatch.
+        position) and reading starts at it; None: not tracked, reading starts at epoch 0.
 
     Returns:
       InputBatch with static shapes [batch_size, image_size, image_size, 3] and [batch_size].
@@ -160,12 +185,20 @@ def build_train_input(shards, batch_size, image_size, num_classes, seed=None, st
     if seed is None:
         seed = fresh_seed()
     counter = _corrupt_counter()
-    records = _records(shards, True, seed, deterministic)
-    records = records.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    position = None
+    first_epoch = skipped = tf.constant(0, tf.int64)
+    if examples_per_epoch:
+        position = tf1.Variable(0, dtype=tf.int64, trainable=False, name="input_position")
+        first_epoch = position // examples_per_epoch
+        skipped = position % examples_per_epoch
+    records = tf.data.Dataset.range(first_epoch, LAST_EPOCH).flat_map(
+        lambda epoch: _epoch_records(shards, seed, epoch, shuffle_buffer, deterministic))
+    records = records.skip(skipped)
 
-    def preprocess(index, serialized):
+    def preprocess(index, element):
+        del index
+        image_seed, serialized = element
         encoded, label, boxes, filename = parse_example(serialized)
-        image_seed = tf.stack([tf.constant(seed, tf.int64), index])
         image, ok = _decode_or_skip(
             encoded, filename,
             lambda: preprocessing.train_image(encoded, boxes, image_size, image_seed, crop,
@@ -173,8 +206,9 @@ def build_train_input(shards, batch_size, image_size, num_classes, seed=None, st
             image_size, counter, strict)
         return image, label, filename, ok
 
-    return _finish(records.enumerate(), preprocess, batch_size, num_classes, counter, strict,
-                   drop_remainder=True, threads=threads)
+    batch = _finish(records.enumerate(), preprocess, batch_size, num_classes, counter, strict,
+                    drop_remainder=True, threads=threads)
+    return dataclasses.replace(batch, position=position)
 
 
 def build_eval_input(shards, batch_size, image_size, num_classes, strict=False, max_examples=0):

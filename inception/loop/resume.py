@@ -3,30 +3,77 @@ resumed from a checkpoint (which may lack optimizer state of a changed plan). Ei
 replicated variables every device's copies are then filled from the variables (a checkpoint
 holds one copy)."""
 
+import os
+
 import tensorflow as tf
 
+from common import error_lines
 from inception.parallel import step_graph as step_graph_lib
 from inception.run import checkpoint_io
 
 tf1 = tf.compat.v1
 
 
-def prepare_fresh_start(train_graph, make_initializer):
+def prepare_fresh_start(train_graph, make_initializer, saved_variables=None,
+                        start_prefix=None):
     """Ops for a fresh start: initialize, run the initializer (e.g. a pretrained restore), then
-    start every moving average at its variable's value. Returns callable(session) -> step 0."""
+    start every moving average at its variable's value. Returns callable(session) -> step 0.
+
+    With `start_prefix`, the first call also saves those weights there (`saved_variables`), and
+    every later call (a rollback before the first checkpoint) restores them: running the seeded
+    initializers again would draw other weights.
+    """
     init_op = tf1.global_variables_initializer()
     initialize = make_initializer() if make_initializer else None
     sync = step_graph_lib.sync_averages_op(train_graph.moving_average,
                                            tf1.trainable_variables())
+    keeper = (tf1.train.Saver(saved_variables, name="start_weights") if start_prefix
+              else None)
+    saved = []
 
     def start(session):
-        session.run(init_op)
-        if initialize is not None:
-            initialize(session)
-        session.run(sync)
+        if saved:
+            keeper.restore(session, start_prefix)
+        else:
+            session.run(init_op)
+            if initialize is not None:
+                initialize(session)
+            session.run(sync)
+            if keeper is not None:
+                _save_start(keeper, session, start_prefix)
+                saved.append(start_prefix)
         fill_copies(session, train_graph)
         return 0
     return start
+
+
+def _save_start(keeper, session, prefix):
+    try:
+        tf.io.gfile.makedirs(os.path.dirname(prefix))
+        keeper.save(session, prefix, write_meta_graph=False, write_state=False)
+    except (tf.errors.OpError, OSError, ValueError) as error:
+        raise checkpoint_io.CheckpointError(
+            f"could not save the starting weights as {prefix} "
+            f"({error_lines.file_error_cause(error)}); free some space or fix the directory, "
+            "then rerun the same command.") from None
+
+
+def keeping_input_position(train_graph):
+    """callable(session, restore): runs `restore(session)`, then gives the input position
+    (pipeline.InputBatch.position) back the value it had before. A rollback restores older
+    weights while the input goes on with the next batches, so a checkpoint saved later must
+    hold where the input really is."""
+    position = train_graph.input_position
+    if position is None:
+        return lambda session, restore: restore(session)
+    value = tf1.placeholder(tf.int64, [], name="kept_input_position")
+    assign = position.assign(value)
+
+    def restore_keeping(session, restore):
+        kept = session.run(position)
+        restore(session)
+        session.run(assign, {value: kept})
+    return restore_keeping
 
 
 def fill_copies(session, train_graph):

@@ -132,6 +132,7 @@ class _BuiltRun:
     start: object  # callable(session) -> step
     health: guards.VariableHealth
     local_init: tf.Operation
+    keep_position: object  # callable(session, restore): resume.keeping_input_position
 
 
 def _build_run(build_graph, settings, replica, checkpoint, make_initializer, log):
@@ -150,14 +151,16 @@ def _build_run(build_graph, settings, replica, checkpoint, make_initializer, log
         elif checkpoint:
             start = resume.prepare_resume(checkpoint, train_graph, saved_variables, log)
         else:
-            start = resume.prepare_fresh_start(train_graph, make_initializer)
+            start = resume.prepare_fresh_start(train_graph, make_initializer, saved_variables,
+                                               RunDirectory(settings.train_dir).start_prefix())
         health = guards.VariableHealth(saved_variables)
         local_init = tf1.local_variables_initializer()
+        keep_position = resume.keeping_input_position(train_graph)
         replica.build(train_graph)
         graph.finalize()
     if checkpoint:
         saver.recover_last_checkpoints(RunDirectory(settings.train_dir).listed())
-    return _BuiltRun(graph, train_graph, saver, start, health, local_init)
+    return _BuiltRun(graph, train_graph, saver, start, health, local_init, keep_position)
 
 
 def _start_session(session, built, checkpoint, replica, log):
@@ -180,7 +183,7 @@ class _Loop:
     def __init__(self, session, built, settings, replica, log, validation):
         self.session, self.saver, self.graph = session, built.saver, built.train_graph
         self.settings, self.replica, self.log = settings, replica, log
-        self.validation = validation
+        self.validation, self.keep_position = validation, built.keep_position
         self.restart, self.health = built.start, built.health
         self.run_dir = RunDirectory(settings.train_dir)
         self.writer = replica_lib.NoSummaryWriter()
@@ -371,24 +374,21 @@ class _Loop:
         return step
 
     def _roll_back_to(self, healthy):
-        """Restores `healthy` (None: the weights a fresh run started from); returns what it
-        restored, in words, or None when nothing healthy can be restored."""
-        if healthy is None:
-            if self.resumed_from is not None:
-                return None  # the checkpoint this run resumed from is itself unhealthy
-            self.restart(self.session)
-            return "the weights this run started from"
-        if healthy == self.resumed_from:
-            self.restart(self.session)  # restores what that checkpoint has, as at the start
+        """Restores `healthy` (None: the weights a fresh run started from; the input goes on
+        with the next batches either way); returns what it restored, in words, or None when
+        nothing healthy can be restored."""
+        if healthy is None and self.resumed_from is not None:
+            return None  # the checkpoint this run resumed from is itself unhealthy
+        if healthy is None or healthy == self.resumed_from:
+            self.keep_position(self.session, self.restart)  # restores as at the start
         else:
             try:
-                self.saver.restore(self.session, healthy)
+                self.keep_position(self.session, lambda s: self.saver.restore(s, healthy))
             except tf.errors.OpError:
                 return None  # an older run's checkpoint of another plan: a rerun resumes it
             resume.fill_copies(self.session, self.graph)
-
         self.unverified = None
-        return healthy
+        return healthy or "the weights this run started from"
 
 
 def _report_corrupt_records(session, graph, reported, log):

@@ -26,6 +26,8 @@ from inception.model.slim_compat import tf_slim as slim
 
 MODEL_SCOPE = "InceptionV3"
 MIX_STREAMS = 4096  # seeds per step for Mixup/CutMix: one per tower and micro-batch
+DROPOUT_STREAM = 1  # folded into a tower's seed for its dropout masks
+_DROPOUT_SEEDS = []  # the stateless seed of the network being built (dropout_as_mask_multiply)
 
 
 def has_aux_head(image_size):
@@ -33,7 +35,8 @@ def has_aux_head(image_size):
     return image_size >= MIN_AUX_IMAGE_SIZE
 
 
-def inception_logits(images, settings, is_training, batch_norm_decay=recipe.BATCH_NORM_DECAY):
+def inception_logits(images, settings, is_training, batch_norm_decay=recipe.BATCH_NORM_DECAY,
+                     dropout_seed=None):
     """Builds Inception v3 on `images` under variable scope `InceptionV3`.
 
     Args:
@@ -41,6 +44,8 @@ def inception_logits(images, settings, is_training, batch_norm_decay=recipe.BATC
       settings: settings.ModelSettings, resolved (num_classes and image_size set).
       is_training: Python bool; batch norm uses batch statistics and dropout is on when True.
       batch_norm_decay: float or scalar float32 tensor, decay of the moving statistics.
+      dropout_seed: int64 [2]: dropout's masks drawn statelessly from it (a resumed run draws
+        the same); None: TensorFlow's stateful draws.
 
     Returns:
       (logits, aux_logits): float32 [batch, num_classes]; aux_logits is None when the image is
@@ -48,7 +53,7 @@ def inception_logits(images, settings, is_training, batch_norm_decay=recipe.BATC
     """
     arg_scope = inception_v3.inception_v3_arg_scope(
         weight_decay=recipe.WEIGHT_DECAY, batch_norm_decay=batch_norm_decay)
-    with slim.arg_scope(arg_scope), dropout_as_mask_multiply():
+    with slim.arg_scope(arg_scope), dropout_as_mask_multiply(dropout_seed):
         logits, end_points = inception_v3.inception_v3(
             images, num_classes=settings.num_classes, is_training=is_training,
             depth_multiplier=settings.depth_multiplier,
@@ -57,9 +62,10 @@ def inception_logits(images, settings, is_training, batch_norm_decay=recipe.BATC
 
 
 @contextlib.contextmanager
-def dropout_as_mask_multiply():
+def dropout_as_mask_multiply(stateless_seed=None):
     """While building the network: tf-slim's dropout as a multiply by a scaled 0/1 mask instead
-    of TensorFlow's `SelectV2(keep, x, 0)`.
+    of TensorFlow's `SelectV2(keep, x, 0)`, its mask drawn from `stateless_seed` (int64 [2])
+    when given.
 
     Grappler's layout optimizer cannot permute that scalar 0 when the dropout input is 4-D
     (Inception's Logits/Dropout_1b), logs "layout failed ... SelectV2" and then skips the
@@ -70,9 +76,11 @@ def dropout_as_mask_multiply():
     """
     original = slim_layers.dropout
     slim_layers.dropout = mask_dropout
+    _DROPOUT_SEEDS.append(stateless_seed)
     try:
         yield
     finally:
+        _DROPOUT_SEEDS.pop()
         slim_layers.dropout = original
 
 
@@ -85,7 +93,12 @@ def mask_dropout(inputs, keep_prob=0.5, noise_shape=None, is_training=True,
 
         def drop():
             shape = tf.shape(inputs) if noise_shape is None else noise_shape
-            kept = tf.random.uniform(shape, seed=seed) < keep_prob
+            stateless_seed = _DROPOUT_SEEDS[-1] if _DROPOUT_SEEDS else None
+            if stateless_seed is None:
+                draw = tf.random.uniform(shape, seed=seed)
+            else:
+                draw = tf.random.stateless_uniform(shape, stateless_seed)
+            kept = draw < keep_prob
             return inputs * (tf.cast(kept, inputs.dtype) / tf.cast(keep_prob, inputs.dtype))
 
         outputs = slim_utils.smart_cond(is_training, drop, lambda: tf.identity(inputs))
@@ -126,17 +139,19 @@ def make_model_fn(settings, batch_norm_decay, compute_dtype=None, augmentation=N
     variables (mixed_precision.py; GPU towers); None builds it in float32.
     augmentation: settings.AugmentationSettings whose Mixup/CutMix mix each tower's batch
     (inputs/augment.py), drawn from `seed`, the global step and the tower's number; None: none.
+    Dropout's masks are drawn statelessly from the same three, so a resumed run repeats them.
     """
     tower_numbers = itertools.count()
 
     def model_fn(images, labels):
-        images, targets = _mixed(images, labels, settings.num_classes, augmentation,
-                                 seed, next(tower_numbers))
+        stream = _tower_stream(seed, next(tower_numbers))
+        images, targets = _mixed(images, labels, settings.num_classes, augmentation, stream)
         tf.compat.v1.add_to_collection(tags.TRAIN_IMAGES, images)
         with mixed_precision.building_in(compute_dtype):
             logits, aux_logits = inception_logits(
                 mixed_precision.to_compute(images, compute_dtype), settings, True,
-                batch_norm_decay)
+                batch_norm_decay,
+                tf.random.experimental.stateless_fold_in(stream, DROPOUT_STREAM))
         logits = mixed_precision.to_float32(logits)
         tf.compat.v1.add_to_collection(tags.TRAIN_LOGITS, logits)
         tf.compat.v1.add_to_collection(tags.TRAIN_LABELS, labels)
@@ -144,14 +159,18 @@ def make_model_fn(settings, batch_norm_decay, compute_dtype=None, augmentation=N
     return model_fn
 
 
-def _mixed(images, labels, num_classes, augmentation, seed, tower_number):
-    """(images, targets) of one tower: mixed by Mixup/CutMix when `augmentation` asks for it,
-    else the images and their one-hot labels."""
+def _tower_stream(seed, tower_number):
+    """The int64 [2] seed of one tower's (and micro-batch's) random draws in this step: the
+    step and the tower make each draw its own, and a resumed run draws the same."""
+    step = tf.cast(tf.compat.v1.train.get_or_create_global_step(), tf.int64)
+    return tf.stack([tf.constant(seed, tf.int64), step * MIX_STREAMS + tower_number])
+
+
+def _mixed(images, labels, num_classes, augmentation, stream):
+    """(images, targets) of one tower: mixed by Mixup/CutMix, drawn from `stream`, when
+    `augmentation` asks for it, else the images and their one-hot labels."""
     if augmentation is None or not (augmentation.mixup_alpha or augmentation.cutmix_alpha):
         return images, tf.one_hot(labels, num_classes)
-    # The step and the tower make each batch's draw its own, and a resumed run draws the same.
-    step = tf.cast(tf.compat.v1.train.get_or_create_global_step(), tf.int64)
-    stream = tf.stack([tf.constant(seed, tf.int64), step * MIX_STREAMS + tower_number])
     with tf.name_scope("mix_batch"):
         mixed, targets, _ = augment.mix_batch(images, labels, num_classes,
                                               augmentation.mixup_alpha,

@@ -70,6 +70,8 @@ class TrainGraph:
     copy_to_replicas: with replicated variables, the op that fills every device's copies from
     the variables themselves (copies.VariableCopies.fill_op): run after every initialization
     or restore; None with variables on one device.
+    input_position: the examples trained on so far (pipeline.InputBatch.position; each step
+    adds its own), or None when the input does not track it.
     """
     global_step: tf.Variable
     plan: plans.TrainingPlan
@@ -81,6 +83,7 @@ class TrainGraph:
     input_fill: tf.Operation = None
     loss_scaled: bool = False
     copy_to_replicas: tf.Operation = None
+    input_position: tf.Variable = None
 
     @property
     def skipped_variables(self):
@@ -144,12 +147,11 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices,
         variable_device, copies.regularization_terms(0) if copies else None)
     with tf.device(variable_device):
         moving_average = _averages_of_every_variable(global_step, copies)
-        loss_scale = None if initial_loss_scale is None else loss_scaling.create_loss_scale(
-            initial_loss_scale)
-    step_extras = towers_lib.batch_norm_updates(towers) + ([staged.put_op] if staged else [])
+        loss_scale = initial_loss_scale and loss_scaling.create_loss_scale(initial_loss_scale)
     shared = _SharedParts(towers, regularization, schedule, bn_decay, global_step,
-                          moving_average, step_extras, input_batch, histograms,
-                          len(plan.stages) == 1, variable_device, wrap_optimizer, loss_scale,
+                          moving_average, _step_extras(towers, staged, input_batch),
+                          input_batch, histograms, len(plan.stages) == 1, variable_device,
+                          wrap_optimizer, loss_scale,
                           learning_rate is not None, plan, run_schedule, copies, reducer)
     stage_ops = [_build_stage(stage, index, shared) for index, stage in enumerate(plan.stages)]
     one_micro_batch_at_a_time(towers, stage_ops, len(tower_devices))
@@ -158,7 +160,18 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices,
                       input_initializer=input_batch.initializer, moving_average=moving_average,
                       examples_per_step=examples_per_step, loss_scaled=loss_scale is not None,
                       input_fill=staged.put_op if staged else None,
+                      input_position=input_batch.position,
                       copy_to_replicas=copies.fill_op() if copies else None)
+
+
+def _step_extras(towers, staged, input_batch):
+    """What runs with every step beside the update: the batch-norm statistics, the next staged
+    input, and the input position's advance by the step's examples."""
+    extras = towers_lib.batch_norm_updates(towers) + ([staged.put_op] if staged else [])
+    if input_batch.position is not None:
+        extras.append(input_batch.position.assign_add(int(input_batch.images.shape[0]),
+                                                      name="advance_input_position"))
+    return extras
 
 
 def _schedule(optimization, steps_per_epoch, max_steps, learning_rate, global_step):

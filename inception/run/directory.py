@@ -8,6 +8,8 @@
                                        run diverged (kept, never deleted; rename to retry)
 <train_dir>/health.json     what each save recorded: its step's loss, gradient norm,
                                        and whether the loss was climbing
+<train_dir>/start/model.ckpt-0.*       the weights a fresh run started from (a rollback before
+                                       the first checkpoint restores them)
 ```
 
 Training, evaluation, export and classify all read checkpoints through `RunDirectory`, so they
@@ -36,6 +38,7 @@ from inception.run.checkpoint_io import step_or_none
 CHECKPOINT_BASENAME = "model.ckpt"
 SETTINGS_FILE = "model_settings.json"
 UNUSABLE_MARK = ".unusable"
+START_DIR = "start"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +67,10 @@ class RunDirectory:
         """The checkpoint prefix of `step` (`.../model.ckpt-<step>`), or the saver's base."""
         base = self.file(CHECKPOINT_BASENAME)
         return base if step is None else f"{base}-{step}"
+
+    def start_prefix(self):
+        """The checkpoint prefix of the weights the run started from (`start/model.ckpt-0`)."""
+        return self.file(f"{START_DIR}/{CHECKPOINT_BASENAME}-0")
 
     # The stored settings.
 

@@ -3,6 +3,7 @@ resumed from a checkpoint, which may lack optimizer state or averages but no mod
 (the loop around it: session_loop_test)."""
 
 import os
+import types
 import unittest
 
 import numpy as np
@@ -93,6 +94,64 @@ class FreshStartTest(unittest.TestCase):
             with tf1.Session(config=session_config()) as session:
                 self.assertEqual(start(session), 0)
                 self.assertEqual(session.run(tf1.report_uninitialized_variables()).size, 0)
+
+
+    def test_a_rollback_before_any_checkpoint_restores_the_starting_weights_bit_for_bit(self):
+        prefix = os.path.join(testing_utils.temp_dir("start"), "start", "model.ckpt-0")
+        with tf.Graph().as_default():
+            tf1.set_random_seed(3)
+            built = testing_utils.build_small_train_graph()
+            variables = {v.op.name: v for v in tf1.global_variables()}
+            start = resume.prepare_fresh_start(built, None, variables, prefix)
+            with tf1.Session(config=session_config()) as session:
+                start(session)
+                started = session.run(variables)
+                self.assertTrue(tf.io.gfile.exists(prefix + ".index"))
+                # What a rollback did before: the seeded initializers draw other weights.
+                session.run(tf1.global_variables_initializer())
+                redrawn = session.run(variables)
+                self.assertFalse(np.array_equal(redrawn[KERNEL], started[KERNEL]))
+                session.run(built.input_initializer)
+                for _ in range(STEPS):
+                    session.run(built.stages[0].train_op)
+                self.assertEqual(start(session), 0)
+                assert_same_values(session.run(variables), started, variables)
+
+    def test_the_starting_weights_that_cannot_be_saved_are_one_line_naming_the_place(self):
+        blocked = os.path.join(testing_utils.temp_dir("start_blocked"), "file")
+        with open(blocked, "w", encoding="utf-8") as handle:
+            handle.write("not a directory")
+        prefix = os.path.join(blocked, "start", "model.ckpt-0")
+        with tf.Graph().as_default():
+            built = testing_utils.build_small_train_graph()
+            variables = {v.op.name: v for v in tf1.global_variables()}
+            start = resume.prepare_fresh_start(built, None, variables, prefix)
+            with tf1.Session(config=session_config()) as session:
+                with self.assertRaises(checkpoint_io.CheckpointError) as raised:
+                    start(session)
+        self.assertIn(f"could not save the starting weights as {prefix}", str(raised.exception))
+        self.assertNotIn("\n", str(raised.exception))
+
+
+class InputPositionTest(unittest.TestCase):
+
+    def test_a_restore_keeps_the_position_the_input_has_reached(self):
+        with tf.Graph().as_default():
+            position = tf1.Variable(0, dtype=tf.int64, name="input_position")
+            graph = types.SimpleNamespace(input_position=position)
+            keep = resume.keeping_input_position(graph)
+            restore_old = position.assign(8)  # what the checkpoint held
+            with tf1.Session() as session:
+                session.run(position.initializer)
+                session.run(position.assign(40))
+                keep(session, lambda s: s.run(restore_old))
+                self.assertEqual(session.run(position), 40)
+
+    def test_without_a_position_the_restore_alone_runs(self):
+        ran = []
+        resume.keeping_input_position(types.SimpleNamespace(input_position=None))(
+            "session", ran.append)
+        self.assertEqual(ran, ["session"])
 
 
 class ResumeTest(unittest.TestCase):

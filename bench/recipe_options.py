@@ -30,6 +30,7 @@ import tempfile
 import time
 
 from common import files
+from common import machine
 
 COMMON = ["--num_gpus=2", "--batch_size=32", "--image_size=96", "--depth_multiplier=0.5"]
 OPTIONS = {
@@ -154,7 +155,8 @@ def main():
                                       seed, extra)
                     add_run(args.output_json, dict(
                         dataset=dataset, config=name, flags=extra, steps=steps, seed=seed,
-                        date=time.strftime("%Y-%m-%d"), **result, commit=commit))
+                        date=time.strftime("%Y-%m-%d"), **result, commit=commit,
+                        cpu=machine.cpu_summary()))
                     print(f"{dataset} {name} {steps} steps seed {seed}: precision@1 "
                           f"{result['precision_at_1']:.4f} (highest loss "
                           f"{result['highest_loss']}, {result['seconds']:.0f} s)", flush=True)

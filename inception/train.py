@@ -256,11 +256,13 @@ def report_worker_end(settings, result):
     """What a worker of a cluster prints at its end (the chief also where the files are)."""
     if settings.is_chief:
         print_next_steps(settings.train_dir, result)
-    if result.stopped_by_peer and result.stopped_by_signal is None:
+    if result.stopped_by_peer and result.stopped_by_signal is None and not result.stopped_early:
         saved = f"; the chief saved {result.checkpoint}" if settings.is_chief else ""
         cli.fail(f"training stopped at step {result.step} because another task of the cluster "
                  f"stopped (see its log){saved}; start every task again to resume.")
-    cli.log(f"worker {settings.cluster.task_id} done at step {result.step}.")
+    early = (" (the chief's validation stopped the run early: see its log)"
+             if result.stopped_early and not settings.is_chief else "")
+    cli.log(f"worker {settings.cluster.task_id} done at step {result.step}{early}.")
 
 
 def checked_settings():

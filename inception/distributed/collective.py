@@ -34,6 +34,8 @@ from inception.parallel import all_reduce
 from inception.parallel import copies as copies_lib
 
 tf1 = tf.compat.v1
+# A vote to stop that is early stopping; a signal votes 1, so the sum over the workers tells.
+EARLY_STOP_VOTE = 4096.0
 
 CHIEF_DEVICE = "/job:worker/replica:0/task:0"
 
@@ -136,11 +138,11 @@ class CollectiveWorker(ClusterWorker):
         except tf.errors.OpError as error:
             raise self.explain(error, "at start-up") from None
 
-    def agree_to_stop(self, wanted):
+    def agree_to_stop(self, signalled, early):
         """True once every worker has agreed to stop; a task that wants to stop first runs one
-        more step, which tells the others."""
-        if wanted and not self._stop_agreed:
-            self._vote = 1.0
+        more step, which tells the others (and whether it is early stopping)."""
+        if (signalled or early) and not self._stop_agreed:
+            self._vote = EARLY_STOP_VOTE if early else 1.0
         return self._stop_agreed
 
     def run_step(self, session, fetches, step):
@@ -169,7 +171,7 @@ class CollectiveWorker(ClusterWorker):
         if stops > 0:
             self._stop_agreed = True
             if not self._vote:
-                raise replica_lib.PeerStopped(step)
+                raise replica_lib.PeerStopped(step, early=stops >= EARLY_STOP_VOTE)
         return out, step
 
     def before_save(self, session):

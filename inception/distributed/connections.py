@@ -30,6 +30,7 @@ DONE_QUEUE_NAME = "inception_workers_done"
 BOILERPLATE = re.compile(r"Graph execution error|Detected at node|Node: '|Additional GRPC|"
                          r"([A-Z_]+: )?From /job|File |\[\[|:\{|:UNKNOWN")
 READY_FLAG_NAME = "inception_model_ready"
+EARLY_STOP_FLAG_NAME = "inception_stopped_early"
 
 
 class ClusterError(RuntimeError):

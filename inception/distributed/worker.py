@@ -21,6 +21,7 @@ from inception.distributed.connections import ClusterError
 from inception.distributed.connections import CONNECTION_ERRORS
 from inception.distributed.connections import DivergedError
 from inception.distributed.connections import done_queue
+from inception.distributed.connections import EARLY_STOP_FLAG_NAME
 from inception.distributed.connections import first_line
 from inception.distributed.connections import is_reachable
 from inception.distributed.connections import LOST_TASK_SETTLE_SECS
@@ -69,6 +70,7 @@ class ClusterWorker(replica_lib.Replica):
         self._ops = {}
         self._steps_run = 0
         self._update_failures = []
+        self._stopping_early = False
         self._watchdog = Watchdog(f"worker {settings.task_id}", on_stuck)
 
     @property
@@ -130,6 +132,12 @@ class ClusterWorker(replica_lib.Replica):
             self._ops["is_ready"] = tf1.is_variable_initialized(ready_flag)
             self._ops["is_ready"].mark_used()  # only non-chief workers run it
             self._ops["set_ready"] = ready_flag.initializer
+            # Set (initialized) by the chief before it ends the others' steps by early stopping.
+            early_flag = tf1.Variable(True, trainable=False, collections=[],
+                                      name=EARLY_STOP_FLAG_NAME)
+            self._ops["stopped_early"] = tf1.is_variable_initialized(early_flag)
+            self._ops["stopped_early"].mark_used()
+            self._ops["set_stopped_early"] = early_flag.initializer
         done, ping = [], []
         for task in range(len(self.settings.ps_hosts)):
             with tf.device(ps_device(task)):
@@ -261,8 +269,8 @@ class ClusterWorker(replica_lib.Replica):
                 raise self.explain(error, where) from None
             if self._try_run("tokens_closed", session):
                 raise replica_lib.PeerStopped(
-                    int(self._run("global_step", session, SHUTDOWN_TIMEOUT_SECS, where))
-                ) from None
+                    int(self._run("global_step", session, SHUTDOWN_TIMEOUT_SECS, where)),
+                    early=bool(self._try_run("stopped_early", session))) from None
             raise
         except tf.errors.OpError as error:
             raise self.explain(error, where, timeout) from None
@@ -298,9 +306,18 @@ class ClusterWorker(replica_lib.Replica):
                 "No checkpoint was written, so the newest one in --train_dir is the last good "
                 "one; lower --initial_learning_rate or check the data.")
 
+    def agree_to_stop(self, signalled, early):
+        """At once: the chief's end releases the others (finish), telling them when it was
+        early stopping."""
+        self._stopping_early = self._stopping_early or (early and not signalled)
+        return signalled or early
+
     def finish(self, session):
-        """Releases the other workers (closes the token queue), then tells every parameter
-        server this worker is done. Best effort: a lost task is not an error here."""
+        """Releases the other workers (closes the token queue; first marking early stopping),
+        then tells every parameter server this worker is done. Best effort: a lost task is not
+        an error here."""
+        if self._stopping_early:
+            self._try_run("set_stopped_early", session)
         self._try_run("close_tokens", session)
         self._try_run("done", session)
 

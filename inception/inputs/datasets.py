@@ -137,6 +137,10 @@ def resolve_dataset(name, data_dir, num_labels=None, log=print, validation_fract
     shard_dir = data_dir
     if name != "demo" and folder_cache.looks_like_image_folder(data_dir):
         shard_dir = image_folder_shards(data_dir, validation_fraction, log)
+    elif validation_fraction:
+        raise DataError(f"--validation_fraction applies to a folder of images, and {data_dir} "
+                        "holds TFRecord shards (their validation split is the validation-* "
+                        "shards); drop --validation_fraction.")
     if name == "custom" and not any(tfrecord_format.list_shards(shard_dir, subset)
                                     for subset in ("train", "validation")):
         raise DataError(_no_shards_message(data_dir))

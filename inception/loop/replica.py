@@ -10,11 +10,13 @@ tf1 = tf.compat.v1
 
 class PeerStopped(Exception):
     """Raised by `Replica.run_step` when the cluster's training ended; `step` is the global step
-    it ended at (another task stopped it, or max_steps was reached)."""
+    it ended at (another task stopped it, or max_steps was reached); `early`: the chief's early
+    stopping ended it (nothing went wrong)."""
 
-    def __init__(self, step):
+    def __init__(self, step, early=False):
         super().__init__(f"training ended by another task at step {step}")
         self.step = step
+        self.early = early
 
 
 class Replica:
@@ -51,11 +53,11 @@ class Replica:
         """Runs one training step; returns (fetched values, the step reached)."""
         return session.run(fetches), step + 1
 
-    def agree_to_stop(self, wanted):
-        """Whether the loop stops before its next step, where this task `wanted` to (a signal,
-        early stopping): at once here; a replica whose peers must stop at the same step may
-        ask for one more step first (distributed/collective.py)."""
-        return wanted
+    def agree_to_stop(self, signalled, early):
+        """Whether the loop stops before its next step, where this task wants to (`signalled`,
+        or `early` stopping by validation): at once here; a replica whose peers must stop at
+        the same step may ask for one more step first (distributed/collective.py)."""
+        return signalled or early
 
     def before_save(self, session):
         """Runs before each checkpoint (may raise to refuse it)."""

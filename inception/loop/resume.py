@@ -106,6 +106,10 @@ def prepare_resume(checkpoint, train_graph, saved_variables, log):
     sync = step_graph_lib.sync_averages_op(
         train_graph.moving_average, [averages[name] for name in missing if name in averages])
 
+    position = train_graph.input_position
+    if position is not None and position.op.name in missing:
+        missing.remove(position.op.name)  # initialized with the others, and noted on its own
+
     def start(session):
         session.run(init_missing)
         restorer.restore(session, checkpoint)
@@ -114,5 +118,8 @@ def prepare_resume(checkpoint, train_graph, saved_variables, log):
         if missing:
             log(f"note: {len(missing)} optimizer or averaging variables are not in {checkpoint} "
                 "(the training plan changed); they start fresh.")
+        if position is not None and position.op.name not in stored:
+            log(f"note: {checkpoint} was written before checkpoints held the input's position; "
+                "the input starts over from its first epoch.")
         return int(session.run(train_graph.global_step))
     return start

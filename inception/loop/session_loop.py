@@ -218,7 +218,7 @@ class _Loop:
                   else "stopping after this step")
         with StopRequest(self.log, action) as stop:
             while step < self.settings.max_steps and \
-                    not self.replica.agree_to_stop(stop.requested or early):
+                    not self.replica.agree_to_stop(stop.requested, early):
                 if self.graph.plan.stage_index_at(step) != stage_index:
                     stage_index = self.graph.plan.stage_index_at(step)
                     self.log(timestamped(step_graph_lib.describe_stage(
@@ -268,6 +268,7 @@ class _Loop:
             out, step = self.replica.run_step(self.session, fetches, step)
         except replica_lib.PeerStopped as ended:
             result.stopped_by_peer = ended.step < self.settings.max_steps
+            result.stopped_early = ended.early
             return ended.step, True
         losses = [float(value) for value in out["losses"]]
         norms = [float(value) for value in out["norms"]]
@@ -374,9 +375,8 @@ class _Loop:
         return step
 
     def _roll_back_to(self, healthy):
-        """Restores `healthy` (None: the weights a fresh run started from; the input goes on
-        with the next batches either way); returns what it restored, in words, or None when
-        nothing healthy can be restored."""
+        """Restores `healthy` (None: the weights a fresh run started from), the input going on;
+        returns what it restored, in words, or None when nothing healthy can be restored."""
         if healthy is None and self.resumed_from is not None:
             return None  # the checkpoint this run resumed from is itself unhealthy
         if healthy is None or healthy == self.resumed_from:

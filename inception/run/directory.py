@@ -6,7 +6,7 @@
 <train_dir>/model.ckpt-<step>.*        checkpoints
 <train_dir>/model.ckpt-<step>.unusable.*   set aside: damaged, not finite, or written as the
                                        run diverged (kept, never deleted; rename to retry)
-<train_dir>/health.json     what each save recorded: its step's loss, gradient norm,
+<train_dir>/checkpoint_health.json     what each save recorded: its step's loss, gradient norm,
                                        and whether the loss was climbing
 <train_dir>/start/model.ckpt-0.*       the weights a fresh run started from (a rollback before
                                        the first checkpoint restores them)

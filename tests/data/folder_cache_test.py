@@ -242,12 +242,15 @@ class FractionTest(CacheTestCase):
         shard_dir, _ = build(only_train, 0.5)
         self.assertEqual(examples(shard_dir, "validation"), [(1, "img1.jpg"), (2, "img1.jpg")])
         # The flag's own check refuses the same values: one rule, in common/holdout.py.
+        caches = os.path.join(self.cache, "image-folders")
+        cached_before = sorted(os.listdir(caches))
         for fraction in (1.0, 0.95, -0.1):
             with self.assertRaisesRegex(BuildError, f"^--validation_fraction={fraction:g} must "
                                                     r"be in \[0, 0.9\]"):
                 build(folder, fraction)
-        self.assertFalse(os.path.exists(os.path.join(self.cache, "image-folders",
-                                                     os.path.basename(folder))))
+        # Nothing was cached for the refused fractions (cache folders are named by a hash).
+        self.assertEqual(sorted(os.listdir(caches)), cached_before)
+        self.assertEqual(len(cached_before), 1)
 
 
 class LooksLikeImageFolderTest(unittest.TestCase):

@@ -197,8 +197,16 @@ class WantsToStopAtStep2(collective.CollectiveWorker):
         out, self.reached = super().run_step(session, fetches, step)
         return out, self.reached
 
-    def agree_to_stop(self, wanted):
-        return super().agree_to_stop(wanted or self.reached >= 2)
+    def agree_to_stop(self, signalled, early):
+        return super().agree_to_stop(signalled or self.reached >= 2, early)
+
+
+class StopsEarlyAtStep2(WantsToStopAtStep2):
+    """A chief whose validation stops the run early once it reached step 2."""
+
+    def agree_to_stop(self, signalled, early):
+        return collective.CollectiveWorker.agree_to_stop(self, signalled,
+                                                         early or self.reached >= 2)
 
 
 class CollectiveLoopTest(unittest.TestCase):
@@ -257,8 +265,18 @@ class CollectiveLoopTest(unittest.TestCase):
         self.assertIsInstance(other, session_loop.TrainResult, lines)
         self.assertEqual((chief.step, other.step), (3, 3))
         self.assertTrue(chief.stopped_by_peer)
+        self.assertFalse(chief.stopped_early)  # a signal is not early stopping
         self.assertFalse(other.stopped_by_peer)
         self.assertEqual(chief.checkpoint, f"{train_dir}/model.ckpt-3")
+
+    def test_the_chiefs_early_stopping_ends_the_other_worker_as_early_stopping(self):
+        model_fn = testing_utils.small_conv_model_fn()
+        (chief, other), lines, _ = self.run_workers(
+            [model_fn, model_fn], 100, kinds=(StopsEarlyAtStep2, collective.CollectiveWorker))
+        self.assertIsInstance(other, session_loop.TrainResult, lines)
+        self.assertEqual((chief.step, other.step), (3, 3))
+        self.assertTrue(other.stopped_by_peer)
+        self.assertTrue(other.stopped_early)
 
     def test_a_nan_on_one_worker_stops_both_at_that_step(self):
         plain = testing_utils.small_conv_model_fn()

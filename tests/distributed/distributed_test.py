@@ -1,6 +1,6 @@
 """Training on a cluster on 127.0.0.1: one parameter server and two workers with two towers
 each, as subprocesses of the real entry point (local_cluster.py); a normal run, a worker killed
-mid-run and one stopped by a signal."""
+mid-run, one stopped by a signal and one stopped early by the chief's validation."""
 
 import json
 import os
@@ -117,6 +117,20 @@ class ClusterRunTest(unittest.TestCase):
         self.assertIn("stopped by SIGTERM", outputs["worker1"])
         step, _ = local_cluster.chief_saved_after_peer_stop(self, outputs["worker0"], train_dir)
         self.assertEqual(step_lines(outputs["worker1"])[-1][0], step)
+
+
+    def test_the_chiefs_early_stopping_ends_every_task_with_status_0(self):
+        train_dir = testing_utils.temp_dir("cluster_early")
+        # A validation every step, and the first one without improvement stops the run.
+        early = ("--eval_every_n_steps=1", "--stop_after_evals_without_improvement=1")
+        with local_cluster.LocalCluster(DATA_DIR, train_dir, 100_000, num_ps=1,
+                                        extra_flags=early) as cluster:
+            codes = cluster.wait_all(list(cluster.processes), RUN_TIMEOUT_SECS)
+            outputs = {name: cluster.output(name) for name in cluster.processes}
+        self.assertEqual(codes, {"ps0": 0, "worker0": 0, "worker1": 0}, outputs)
+        self.assertIn("the chief's validation stopped the run early", outputs["worker1"])
+        for name, output in outputs.items():
+            self.assertEqual(error_lines(output), [], name)
 
 
 class ClusterPlanTest(unittest.TestCase):

@@ -193,6 +193,16 @@ class ImageFolderTest(unittest.TestCase):
         self.assertEqual(datasets.labels_dir(directory), directory)
         self.assertFalse(os.path.exists(folder_cache.cache_root()))
 
+    def test_a_validation_fraction_for_shards_is_refused_in_one_line(self):
+        for name, directory in (("", own_data()), ("demo", DEMO_DIR)):
+            with self.subTest(name=name or "custom"):
+                with self.assertRaises(datasets.DataError) as raised:
+                    datasets.resolve_dataset(name, directory, validation_fraction=0.2)
+                message = str(raised.exception)
+                self.assertIn(f"{directory} holds TFRecord shards", message)
+                self.assertIn("drop --validation_fraction", message)
+                self.assertNotIn("\n", message)
+
 
 class CountTest(unittest.TestCase):
 

@@ -169,6 +169,47 @@ class ShardsTest(unittest.TestCase):
         self.assertFalse(all(np.array_equal(a[0], b[0]) for a, b in zip(first, other)))
 
 
+class PositionTest(unittest.TestCase):
+    """The training stream starts at its tracked position (pipeline.InputBatch.position)."""
+
+    @classmethod
+    def setUpClass(cls):
+        directory = testing_utils.temp_dir("positions")
+        good = [record(jpeg_bytes(i), i % 3 + 1, f"img{i}.jpg") for i in range(6)]
+        cls.shards = [write_shard(directory, good[:4], index=0, total=2),
+                      write_shard(directory, good[4:], index=1, total=2)]
+
+    def batches(self, position, count):
+        with tf.Graph().as_default():
+            batch = pipeline.build_train_input(self.shards, 2, SIZE, NUM_CLASSES, seed=3,
+                                               shuffle_buffer=4, examples_per_epoch=6)
+            with tf1.Session() as session:
+                session.run([tf1.local_variables_initializer(), batch.position.initializer])
+                session.run(batch.position.assign(position))
+                session.run(batch.initializer)
+                return [session.run([batch.images, batch.labels]) for _ in range(count)]
+
+    def test_a_stream_started_at_a_position_reads_what_the_whole_stream_reads_there(self):
+        whole = self.batches(0, 8)  # 16 examples: into the third epoch of 6
+        for position in (2, 8, 12):  # inside the first epoch, inside the second, at the third
+            with self.subTest(position=position):
+                started = self.batches(position, 2)
+                for (images, labels), (want_images, want_labels) in zip(
+                        started, whole[position // 2:]):
+                    np.testing.assert_array_equal(labels, want_labels)
+                    np.testing.assert_array_equal(images, want_images)
+
+    def test_each_epoch_reads_every_record_once_with_draws_of_its_own(self):
+        whole = self.batches(0, 6)
+        orders = [np.concatenate([labels for _, labels in whole[start:start + 3]])
+                  for start in (0, 3)]
+        names = [sorted(order.tolist()) for order in orders]
+        self.assertEqual(names[0], names[1])  # every record once an epoch
+        images = [np.concatenate([images for images, _ in whole[start:start + 3]])
+                  for start in (0, 3)]
+        self.assertFalse(np.array_equal(images[0], images[1]))
+
+
 class OriginalFormatTest(unittest.TestCase):
 
     def test_shards_with_the_original_key_set_and_no_boxes(self):

@@ -72,12 +72,20 @@ class ReplicaTest(unittest.TestCase):
 
 class PeerStoppedTest(unittest.TestCase):
 
-    def test_it_carries_the_step_training_ended_at(self):
-        with self.assertRaises(replica_lib.PeerStopped) as caught:
-            raise replica_lib.PeerStopped(1200)
-        self.assertEqual(caught.exception.step, 1200)
-        self.assertEqual(str(caught.exception), "training ended by another task at step 1200")
-        self.assertIsInstance(caught.exception, Exception)
+    def test_it_carries_the_step_training_ended_at_and_whether_it_stopped_early(self):
+        stopped = replica_lib.PeerStopped(1200)
+        self.assertEqual(stopped.step, 1200)
+        self.assertEqual(str(stopped), "training ended by another task at step 1200")
+        self.assertFalse(stopped.early)
+        self.assertTrue(replica_lib.PeerStopped(1200, early=True).early)
+
+
+class AgreeToStopTest(unittest.TestCase):
+
+    def test_a_single_process_stops_at_once_for_either_reason(self):
+        replica = replica_lib.Replica()
+        for signalled, early in ((False, False), (True, False), (False, True), (True, True)):
+            self.assertEqual(replica.agree_to_stop(signalled, early), signalled or early)
 
 
 if __name__ == "__main__":

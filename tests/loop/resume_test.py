@@ -2,6 +2,7 @@
 resumed from a checkpoint, which may lack optimizer state or averages but no model variable
 (the loop around it: session_loop_test)."""
 
+import dataclasses
 import os
 import types
 import unittest
@@ -186,6 +187,22 @@ class ResumeTest(unittest.TestCase):
         _, values, _, lines = resumed(path)
         np.testing.assert_array_equal(values[average], stored[KERNEL])
         self.assertRegex(lines[0], "^note: 1 optimizer or averaging variables are not in ")
+
+    def test_a_checkpoint_without_the_input_position_starts_the_input_over_with_a_note(self):
+        checkpoint, _ = trained_checkpoint()
+        lines = []
+        with tf.Graph().as_default():
+            built = testing_utils.build_small_train_graph()
+            position = tf1.Variable(5, dtype=tf.int64, trainable=False, name="input_position")
+            built = dataclasses.replace(built, input_position=position)
+            variables = {v.op.name: v for v in tf1.global_variables()}
+            start = resume.prepare_resume(checkpoint, built, variables, lines.append)
+            with tf1.Session(config=session_config()) as session:
+                self.assertEqual(start(session), STEPS)
+                self.assertEqual(session.run(position), 5)  # its initial value
+        self.assertEqual(lines, [f"note: {checkpoint} was written before checkpoints held the "
+                                 "input's position; the input starts over from its first "
+                                 "epoch."])
 
     def test_a_missing_model_variable_or_step_is_an_error_naming_it(self):
         for name in ("net/logits/weights", "global_step"):

@@ -20,7 +20,7 @@ with StopRequest(print, "stopping") as stop:
     time.sleep(0.2)
     print("first seen:", stop.requested, flush=True)
     os.kill(os.getpid(), signal.SIGINT)
-    time.sleep(30)
+    time.sleep(600)
     print("still running")
 """
 
@@ -43,11 +43,11 @@ class StopRequestTest(unittest.TestCase):
         self.assertIs(signal.getsignal(signal.SIGTERM), previous)
 
     def test_a_second_signal_stops_at_once(self):
-        started = time.time()
+        # The script sleeps 600 s after the second signal; ending within 120 s (Python's start
+        # on a busy 2-core machine takes seconds) means the signal ended it, not the sleep.
         completed = subprocess.run([sys.executable, "-c", TWICE.format(path=sys.path)],
-                                   capture_output=True, text=True, timeout=60, check=False)
+                                   capture_output=True, text=True, timeout=120, check=False)
         self.assertEqual(completed.returncode, 128 + signal.SIGINT)
-        self.assertLess(time.time() - started, 25)  # not after the 30 s sleep
         self.assertIn("first seen: True", completed.stdout)
         self.assertNotIn("still running", completed.stdout)
         self.assertIn("SIGINT received again: stopping at once", completed.stderr)

@@ -37,7 +37,7 @@ setattr(holder, name, wrapped)
 runpy.run_module({module!r}, run_name="__main__")
 """
 
-# A step that sits in one long TensorFlow call (a dequeue from an empty queue, 60 s timeout)
+# A step that sits in one long TensorFlow call (a dequeue from an empty queue, one hour timeout)
 # while two SIGINTs arrive 0.5 s apart: the second must end the process at once.
 LONG_STEP = """
 import os, runpy, signal, sys, threading, time
@@ -57,7 +57,7 @@ def long_step(self, session, fetches, step):
                 for delay in (0.5, 1.0):
                     threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT)).start()
                 print("long step begins at", time.time(), flush=True)
-                waiting.run(take, options=tf1.RunOptions(timeout_in_ms=60000))
+                waiting.run(take, options=tf1.RunOptions(timeout_in_ms=3_600_000))
         print("long step ended", flush=True)
     return original(self, session, fetches, step)
 replica.Replica.run_step = long_step
@@ -168,13 +168,11 @@ class LoopPhaseTest(unittest.TestCase):
             path=sys.path, argv=train_argv(train_dir, max_steps=10**6)))
         self.assertEqual(code, 130, stderr[-2000:])
         self.assertIn("long step begins", stdout)
-        self.assertNotIn("long step ended", stdout)  # it did not wait for the 60 s call
+        # The long call waits an hour, and run_script gives the whole run 600 s: it ended
+        # because of the second signal, inside the call.
+        self.assertNotIn("long step ended", stdout)
         self.assertIn("SIGINT received again: stopping at once", stderr)
         self.assertNotIn("Traceback", stderr)
-        # From the long step's start to the process's end, well short of its 60 s call (the
-        # start-up before it takes a minute or more on a busy 2-core machine: not counted).
-        began = float(stdout.split("long step begins at")[1].split()[0])
-        self.assertLess(time.time() - began, 40)
         # The checkpoint before stays the newest: this stop wrote none.
         self.assertFalse(any(name.endswith(".index") for name in os.listdir(train_dir)))
 

@@ -107,7 +107,8 @@ class ValidationInTrainingTest(unittest.TestCase):
         rescored, = job.run_evaluation(settings_lib.EvalSettings(
             checkpoint_dir=best.path, run_once=True, batch_size=4,
             eval_dir=testing_utils.temp_dir("eval_best")), log=lambda line: None)
-        self.assertAlmostEqual(rescored.loss, record.value, delta=1e-4 * record.value)
+        # As above: the same examples and weights, the loss summed in float32 by other threads.
+        self.assertAlmostEqual(rescored.loss, record.value, delta=1e-5 * record.value)
         self.assertEqual(result.step, 6)
 
     def test_resuming_keeps_the_record(self):

@@ -159,10 +159,10 @@ class WatchSignalTest(unittest.TestCase):
             while "waiting for a new checkpoint" not in line and time.time() < deadline:
                 line = process.stdout.readline()
             self.assertIn("waiting for a new checkpoint", line)
-            started = time.time()
             process.send_signal(signal.SIGTERM)
-            process.wait(timeout=30)
-            self.assertLess(time.time() - started, 10)
+            # It waits 600 s for a checkpoint; ending within 120 s (a generous bound for a busy
+            # 2-core machine) means the signal ended the wait.
+            process.wait(timeout=120)
             self.assertEqual(process.returncode, 0, process.stderr.read()[-2000:])
         finally:
             if process.poll() is None:
@@ -196,8 +196,9 @@ class EvaluationJobTest(unittest.TestCase):
                             for line in lines))
         scalars = testing_utils.read_scalars(os.path.join(self.train_dir, "eval_validation"))
         self.assertEqual([step for step, _ in scalars["metrics/precision_at_1"]], [2])
+        # A float32 event value of the float64 ratio: it rounds by at most 2^-24 of 1.
         self.assertAlmostEqual(scalars["metrics/precision_at_1"][0][1], results[0].precision_at_1,
-                               places=5)
+                               delta=1e-7)
 
     def test_settings_that_do_not_match_the_checkpoint(self):
         with self.assertRaisesRegex(checkpoint_io.CheckpointError, "has shape .* in this model"):

@@ -20,11 +20,11 @@ from inception.driver import launch
 from inception.run.directory import RunDirectory
 from tests import testing_utils
 
-# 24 training images at a global batch of 4: an epoch is 6 steps, so a run of 14 steps reads
-# into its third epoch and the resumed half starts inside the second one.
+# 24 training images at a global batch of 4: an epoch is 6 steps, so the run stopped after step
+# 10 resumes inside the second epoch, and both end at step 30, inside the fifth.
 TINY = dict(image_size=107, depth_multiplier=0.1, batch_size=4, num_towers=2, seed=7,
             log_every_n_steps=1, eval_every_n_steps=0, save_checkpoint_steps=100)
-STOP_AFTER, END = 5, 14
+STOP_AFTER, END = 10, 30
 DATA_DIR = None
 
 
@@ -105,7 +105,7 @@ class DeterministicTest(unittest.TestCase):
         for attempt in range(2):
             train_dir = testing_utils.temp_dir(f"deterministic_{attempt}")
             lines = []
-            launch.train(settings(train_dir, max_steps=8, seed=None, deterministic=True,
+            launch.train(settings(train_dir, seed=None, deterministic=True,
                                   mixup_alpha=0.2), log=lines.append)
             self.assertTrue(any("seed 0, deterministic ops" in line for line in lines))
             values.append(checkpoint_values(train_dir))

@@ -19,7 +19,6 @@ from common import image_limits
 from inception.config import recipe
 from inception.inputs import augment
 
-EVAL_CENTRAL_FRACTION = 0.875
 RESIZE_METHODS = ("bilinear", "nearest", "bicubic", "area")
 _JPEG_END_SEARCH_BYTES = 64
 LIMIT_FLAG = "--max_image_pixels"
@@ -169,7 +168,7 @@ def eval_image(encoded, image_size, max_pixels=image_limits.MAX_IMAGE_PIXELS,
     return scale_to_unit_range(image)
 
 
-def central_crop_window(image_shape, fraction=EVAL_CENTRAL_FRACTION):
+def central_crop_window(image_shape, fraction=recipe.EVAL_CENTRAL_FRACTION):
     """int32 [y, x, height, width]: the central `fraction` of an image of shape [h, w, ...],
     the window tf.image.central_crop keeps for 0.875."""
     sides = image_shape[:2]
@@ -189,7 +188,11 @@ def decode_central_crop(encoded, max_pixels=image_limits.MAX_IMAGE_PIXELS,
 
     def jpeg():
         window = central_crop_window(tf.image.extract_jpeg_shape(encoded))
-        return tf.image.decode_and_crop_jpeg(encoded, window, channels=3)
+        # The accurate integer DCT (libjpeg's ISLOW), which Pillow also uses, so that models
+        # served without TensorFlow see the same pixels (serving/numpy_preprocessing.py);
+        # TensorFlow's default, the fast DCT, is up to 5 of 255 levels off it.
+        return tf.image.decode_and_crop_jpeg(encoded, window, channels=3,
+                                             dct_method="INTEGER_ACCURATE")
 
     def other_format():
         image = tf.image.decode_image(encoded, channels=3, expand_animations=False)

@@ -13,6 +13,7 @@ from absl import flags
 
 from common import cli
 from common import image_limits
+from inception.config import rules
 from inception.driver import startup
 
 FLAGS = flags.FLAGS
@@ -24,6 +25,9 @@ flags.DEFINE_string("checkpoint_path", "", "Export this checkpoint (a prefix suc
 flags.DEFINE_string("export_dir", "", "Where the versions of the SavedModel go (required).")
 flags.DEFINE_alias("model", "checkpoint_dir")
 flags.DEFINE_integer("top_k", 5, "How many classes each prediction returns.")
+flags.DEFINE_string("formats", rules.SAVED_MODEL_FORMAT, "Comma-separated formats written into "
+                    "the version folder: saved_model (always), tflite (a float TFLite model of "
+                    "the preprocessed images, with model_inputs.json and labels.txt).")
 flags.DEFINE_integer("max_image_pixels", image_limits.MAX_IMAGE_PIXELS,
                      "The served model refuses images of more pixels (width x height, read "
                      "from the file's header before decoding): that request fails with a "
@@ -31,8 +35,12 @@ flags.DEFINE_integer("max_image_pixels", image_limits.MAX_IMAGE_PIXELS,
 
 
 def check_flags():
-    """(checkpoint_dir, checkpoint_path, export_dir) as the user meant them; one line and exit
-    2 for a bad flag, before TensorFlow loads."""
+    """(checkpoint_dir, checkpoint_path, export_dir, formats) as the user meant them; one line
+    and exit 2 for a bad flag, before TensorFlow loads."""
+    try:
+        formats = rules.export_formats(FLAGS.formats)
+    except ValueError as error:
+        cli.fail(error, 2)
     if not FLAGS.export_dir:
         cli.fail("--export_dir is required: the directory the SavedModel versions go to.", 2)
     if FLAGS.top_k < 1:
@@ -45,25 +53,27 @@ def check_flags():
         cli.fail(f"--export_dir={export_dir} is a file; pass a directory (new or one that "
                  "holds earlier exports).", 2)
     return (cli.user_path(FLAGS.checkpoint_dir), cli.user_path(FLAGS.checkpoint_path),
-            export_dir)
+            export_dir, formats)
 
 
 def main(argv):
     if len(argv) > 1:
         cli.fail(f"unexpected arguments {argv[1:]}; flags look like --export_dir=DIR.", 2)
-    checkpoint_dir, checkpoint_path, export_dir = check_flags()
+    checkpoint_dir, checkpoint_path, export_dir, formats = check_flags()
     startup.quiet_tensorflow()
     from inception.serving import saved_model  # pylint: disable=import-outside-toplevel
     try:
         version_dir = saved_model.export_training_run(checkpoint_dir, export_dir, checkpoint_path,
                                                       FLAGS.top_k, log=cli.log,
-                                                      max_pixels=FLAGS.max_image_pixels)
+                                                      max_pixels=FLAGS.max_image_pixels,
+                                                      formats=formats)
     except ValueError as error:
         cli.fail(error)
     cli.log(f"SavedModel written to {version_dir} (signatures: serving_default on encoded "
             "images, refusing those over "
             f"{image_limits.describe_limit(FLAGS.max_image_pixels)}; predict_images on "
-            "preprocessed ones)")
+            "preprocessed ones)" + ("; model.tflite beside it (float, preprocessed images: "
+                                    "model_inputs.json)" if "tflite" in formats else ""))
 
 
 if __name__ == "__main__":

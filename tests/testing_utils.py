@@ -388,3 +388,13 @@ def uniform_checkpoint_and_graph(data_dir, name, step, max_examples=0):
               "b": np.zeros(TINY_EVAL.num_classes, np.float32)}
     path = write_tiny_checkpoint(temp_dir(name), values, values, step=step)
     return path, tiny_eval_graph(data_dir, batch_size=4, max_examples=max_examples)
+
+
+def validation_bytes(shards):
+    """The encoded images of the shards, in the order the eval pipeline reads them (one record
+    of each shard in turn)."""
+    records = tf.data.Dataset.from_tensor_slices(shards).interleave(
+        tf.data.TFRecordDataset, cycle_length=len(shards))
+    dataset = records.map(lambda record: tf.io.parse_single_example(
+        record, {"image/encoded": tf.io.FixedLenFeature([], tf.string)})["image/encoded"])
+    return [value.numpy() for value in dataset]

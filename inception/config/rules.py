@@ -29,6 +29,8 @@ ON_NAN = ("stop", "rollback")
 ON_DIVERGENCE = ("warn", "stop")
 BEST_METRICS = ("precision_at_1", "recall_at_5", "loss")
 AUGMENTS = ("none", "randaugment")
+SAVED_MODEL_FORMAT = "saved_model"  # the version folder itself: every export writes it
+EXPORT_FORMATS = (SAVED_MODEL_FORMAT, "tflite")
 MAX_RANDAUGMENT_MAGNITUDE = 30  # RandAugment's scale: 10 is a full-strength op, as in timm
 FLAG_NAMES = {"num_towers": "num_gpus", "num_labels": "num_classes"}  # the original's names
 
@@ -201,3 +203,17 @@ def _check_combinations(settings):
     if settings.cluster is not None and plan is not None and len(plan.stages) > 1:
         raise PlanError("distributed training runs one-stage plans only (--trainable_scopes "
                         "works); run each stage as its own run, one after the other.")
+
+
+def export_formats(text):
+    """The tuple of export formats of `--formats` text ("saved_model,tflite"); SettingsError
+    for an unknown one or a list without the SavedModel."""
+    formats = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
+    unknown = [name for name in formats if name not in EXPORT_FORMATS]
+    if unknown:
+        raise SettingsError(f"unknown --formats value {unknown[0]!r}; use a comma-separated list "
+                            f"of {', '.join(EXPORT_FORMATS)}.")
+    if SAVED_MODEL_FORMAT not in formats:
+        raise SettingsError(f"--formats must include {SAVED_MODEL_FORMAT}: the version folder is "
+                            "a SavedModel, and the other formats are written beside it.")
+    return formats

@@ -13,7 +13,8 @@ their exponential moving averages. Two signatures share its variables:
 Both return `classes` (int64 [N, k], 1-based labels, 0 = background), `probabilities`
 (float32 [N, k]), `label_texts` (string [N, k]) and `logits` (float32 [N, num_classes]).
 The export is written in TensorFlow Serving's layout, `<export_dir>/<global step>/`, under a
-temporary name first, so a version directory is always complete.
+temporary name first, so a version directory is always complete. With the `tflite` format the
+same folder also holds `model.tflite`, `model_inputs.json` and `labels.txt` (lite.py).
 """
 
 import dataclasses
@@ -27,12 +28,14 @@ import tensorflow as tf
 from common import error_lines
 from common import files
 from common import image_limits
+from inception.config.rules import SAVED_MODEL_FORMAT
 from inception.inputs import datasets
 from inception.inputs import preprocessing
 from inception.model import network
 from inception.run import checkpoint_io
 from inception.run.directory import RunDirectory
 from inception.run.directory import SETTINGS_FILE
+from inception.serving import lite
 
 tf1 = tf.compat.v1
 
@@ -133,13 +136,15 @@ def check_export_dir(export_dir):
 
 def export_saved_model(checkpoint_path, stored, label_names, export_dir,
                        top_k=DEFAULT_TOP_K, logits_fn=None,
-                       max_pixels=image_limits.MAX_IMAGE_PIXELS):
+                       max_pixels=image_limits.MAX_IMAGE_PIXELS, formats=(SAVED_MODEL_FORMAT,)):
     """Writes the SavedModel of `checkpoint_path` to `<export_dir>/<step>`; returns that path.
 
     Args:
       stored: run.directory.StoredRun of the training directory (its model settings).
       label_names: label_names[i - 1] names label i; empty when the data set had none.
       max_pixels: the serving signature refuses images of more pixels (baked in).
+      formats: config.rules.EXPORT_FORMATS to write into the version folder (the SavedModel
+        always); a model one of them cannot hold is a lite.ConversionError, nothing kept.
 
     Raises ExportError when that version exists already (nothing is overwritten).
     """
@@ -156,7 +161,10 @@ def export_saved_model(checkpoint_path, stored, label_names, export_dir,
     partial_dir = os.path.join(staging_parent, f".partial-{os.path.basename(version_dir)}-"
                                                f"{os.getpid()}")
     try:
-        _write_saved_model(serving_graph, checkpoint_path, partial_dir)
+        _write_saved_model(serving_graph, checkpoint_path, partial_dir, formats)
+        if "tflite" in formats:
+            lite.write_inputs(partial_dir, stored.model.image_size,
+                              label_texts(stored.model.num_classes, label_names))
         _write_settings(partial_dir, stored)
         _publish(partial_dir, version_dir)
     except (OSError, tf.errors.PermissionDeniedError, tf.errors.ResourceExhaustedError,
@@ -190,11 +198,12 @@ def _publish(partial_dir, version_dir):
 
 
 def export_training_run(checkpoint_dir, export_dir, checkpoint_path="", top_k=DEFAULT_TOP_K,
-                        log=print, max_pixels=image_limits.MAX_IMAGE_PIXELS):
+                        log=print, max_pixels=image_limits.MAX_IMAGE_PIXELS,
+                        formats=(SAVED_MODEL_FORMAT,)):
     """Exports the newest usable checkpoint of the training directory `checkpoint_dir` (or
     `checkpoint_path`) with the settings and label names stored beside it, refusing images of
-    more than `max_pixels` pixels; returns the new version directory. Everything is checked
-    before anything is written."""
+    more than `max_pixels` pixels, in `formats`; returns the new version directory. Everything
+    is checked before anything is written."""
     directory = RunDirectory(checkpoint_dir)
     stored = directory.require_settings()
     checkpoint_path = directory.resolve(checkpoint_path, log)
@@ -203,10 +212,10 @@ def export_training_run(checkpoint_dir, export_dir, checkpoint_path="", top_k=DE
     log(f"exporting {checkpoint_path} ({stored.model.image_size} px, "
         f"{stored.model.num_classes - 1} labels)...")
     return export_saved_model(checkpoint_path, stored, label_names, export_dir, top_k,
-                              max_pixels=max_pixels)
+                              max_pixels=max_pixels, formats=formats)
 
 
-def _write_saved_model(serving_graph, checkpoint_path, target_dir):
+def _write_saved_model(serving_graph, checkpoint_path, target_dir, formats):
     with serving_graph.graph.as_default():
         signatures = _signatures(serving_graph)
     with tf1.Session(graph=serving_graph.graph) as session:
@@ -216,6 +225,9 @@ def _write_saved_model(serving_graph, checkpoint_path, target_dir):
                                              signature_def_map=signatures,
                                              strip_default_attrs=True)
         builder.save()
+        if "tflite" in formats:
+            lite.write_tflite(session, serving_graph.images,
+                              serving_graph.outputs_from_images["logits"], target_dir)
 
 
 def _signatures(serving_graph):

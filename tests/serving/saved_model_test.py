@@ -48,16 +48,6 @@ print("TOP", int(outputs["classes"][0, 0]), outputs["label_texts"][0, 0].numpy()
 """
 
 
-def validation_bytes(shards):
-    """The encoded images of the shards, in the order the eval pipeline reads them (one record
-    of each shard in turn)."""
-    records = tf.data.Dataset.from_tensor_slices(shards).interleave(
-        tf.data.TFRecordDataset, cycle_length=len(shards))
-    dataset = records.map(lambda record: tf.io.parse_single_example(
-        record, {"image/encoded": tf.io.FixedLenFeature([], tf.string)})["image/encoded"])
-    return [value.numpy() for value in dataset]
-
-
 def eval_graph_logits(checkpoint_path, shards, settings):
     """(logits, images) of the evaluation job's own graph over all of `shards`, in one batch."""
     captured = {}
@@ -98,7 +88,7 @@ class TrainedRun:
                                                            log=lambda line: None)
         self.serve = tf.saved_model.load(self.version_dir).signatures
         self.shards = sorted(tf.io.gfile.glob(os.path.join(self.data_dir, "validation-*")))
-        self.images_bytes = validation_bytes(self.shards)
+        self.images_bytes = testing_utils.validation_bytes(self.shards)
 
     def stored_model(self):
         """The model settings stored with the training run."""

@@ -27,7 +27,10 @@ flags.DEFINE_alias("model", "checkpoint_dir")
 flags.DEFINE_integer("top_k", 5, "How many classes each prediction returns.")
 flags.DEFINE_string("formats", rules.SAVED_MODEL_FORMAT, "Comma-separated formats written into "
                     "the version folder: saved_model (always), tflite (a float TFLite model of "
-                    "the preprocessed images, with model_inputs.json and labels.txt).")
+                    "the preprocessed images, with model_inputs.json and labels.txt), "
+                    "tflite_int8 (the same quantized to int8 after training).")
+flags.DEFINE_integer("calibration_images", rules.DEFAULT_CALIBRATION_IMAGES, "tflite_int8: images of the run's training "
+                     "shards (spread over the labels) that calibrate the quantization.")
 flags.DEFINE_integer("max_image_pixels", image_limits.MAX_IMAGE_PIXELS,
                      "The served model refuses images of more pixels (width x height, read "
                      "from the file's header before decoding): that request fails with a "
@@ -43,6 +46,8 @@ def check_flags():
         cli.fail(error, 2)
     if not FLAGS.export_dir:
         cli.fail("--export_dir is required: the directory the SavedModel versions go to.", 2)
+    if FLAGS.calibration_images < 1:
+        cli.fail(f"--calibration_images={FLAGS.calibration_images} must be at least 1.", 2)
     if FLAGS.top_k < 1:
         cli.fail(f"--top_k={FLAGS.top_k} must be at least 1.", 2)
     if FLAGS.max_image_pixels < 1:
@@ -66,14 +71,18 @@ def main(argv):
         version_dir = saved_model.export_training_run(checkpoint_dir, export_dir, checkpoint_path,
                                                       FLAGS.top_k, log=cli.log,
                                                       max_pixels=FLAGS.max_image_pixels,
-                                                      formats=formats)
+                                                      formats=formats,
+                                                      calibration_count=FLAGS.calibration_images)
     except ValueError as error:
         cli.fail(error)
     cli.log(f"SavedModel written to {version_dir} (signatures: serving_default on encoded "
             "images, refusing those over "
             f"{image_limits.describe_limit(FLAGS.max_image_pixels)}; predict_images on "
-            "preprocessed ones)" + ("; model.tflite beside it (float, preprocessed images: "
-                                    "model_inputs.json)" if "tflite" in formats else ""))
+            "preprocessed ones)" + "".join(
+                f"; {name} beside it (preprocessed images: model_inputs.json)"
+                for name, wanted in (("model.tflite", "tflite"),
+                                     ("model_int8.tflite", "tflite_int8"))
+                if wanted in formats))
 
 
 if __name__ == "__main__":

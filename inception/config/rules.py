@@ -30,7 +30,9 @@ ON_DIVERGENCE = ("warn", "stop")
 BEST_METRICS = ("precision_at_1", "recall_at_5", "loss")
 AUGMENTS = ("none", "randaugment")
 SAVED_MODEL_FORMAT = "saved_model"  # the version folder itself: every export writes it
-EXPORT_FORMATS = (SAVED_MODEL_FORMAT, "tflite")
+EXPORT_FORMATS = (SAVED_MODEL_FORMAT, "tflite", "tflite_int8")
+TFLITE_FORMATS = ("tflite", "tflite_int8")
+DEFAULT_CALIBRATION_IMAGES = 300  # tflite_int8: training images that calibrate it
 MAX_RANDAUGMENT_MAGNITUDE = 30  # RandAugment's scale: 10 is a full-strength op, as in timm
 FLAG_NAMES = {"num_towers": "num_gpus", "num_labels": "num_classes"}  # the original's names
 

@@ -28,7 +28,9 @@ import tensorflow as tf
 from common import error_lines
 from common import files
 from common import image_limits
+from inception.config import rules
 from inception.config.rules import SAVED_MODEL_FORMAT
+from inception.config.rules import TFLITE_FORMATS
 from inception.inputs import datasets
 from inception.inputs import preprocessing
 from inception.model import network
@@ -136,7 +138,8 @@ def check_export_dir(export_dir):
 
 def export_saved_model(checkpoint_path, stored, label_names, export_dir,
                        top_k=DEFAULT_TOP_K, logits_fn=None,
-                       max_pixels=image_limits.MAX_IMAGE_PIXELS, formats=(SAVED_MODEL_FORMAT,)):
+                       max_pixels=image_limits.MAX_IMAGE_PIXELS, formats=(SAVED_MODEL_FORMAT,),
+                       calibration=None):
     """Writes the SavedModel of `checkpoint_path` to `<export_dir>/<step>`; returns that path.
 
     Args:
@@ -145,6 +148,7 @@ def export_saved_model(checkpoint_path, stored, label_names, export_dir,
       max_pixels: the serving signature refuses images of more pixels (baked in).
       formats: config.rules.EXPORT_FORMATS to write into the version folder (the SavedModel
         always); a model one of them cannot hold is a lite.ConversionError, nothing kept.
+      calibration: float32 images for tflite_int8 (lite.calibration_images).
 
     Raises ExportError when that version exists already (nothing is overwritten).
     """
@@ -161,8 +165,8 @@ def export_saved_model(checkpoint_path, stored, label_names, export_dir,
     partial_dir = os.path.join(staging_parent, f".partial-{os.path.basename(version_dir)}-"
                                                f"{os.getpid()}")
     try:
-        _write_saved_model(serving_graph, checkpoint_path, partial_dir, formats)
-        if "tflite" in formats:
+        _write_saved_model(serving_graph, checkpoint_path, partial_dir, formats, calibration)
+        if set(formats) & set(TFLITE_FORMATS):
             lite.write_inputs(partial_dir, stored.model.image_size,
                               label_texts(stored.model.num_classes, label_names))
         _write_settings(partial_dir, stored)
@@ -199,23 +203,31 @@ def _publish(partial_dir, version_dir):
 
 def export_training_run(checkpoint_dir, export_dir, checkpoint_path="", top_k=DEFAULT_TOP_K,
                         log=print, max_pixels=image_limits.MAX_IMAGE_PIXELS,
-                        formats=(SAVED_MODEL_FORMAT,)):
+                        formats=(SAVED_MODEL_FORMAT,),
+                        calibration_count=rules.DEFAULT_CALIBRATION_IMAGES):
     """Exports the newest usable checkpoint of the training directory `checkpoint_dir` (or
     `checkpoint_path`) with the settings and label names stored beside it, refusing images of
-    more than `max_pixels` pixels, in `formats`; returns the new version directory. Everything
-    is checked before anything is written."""
+    more than `max_pixels` pixels, in `formats` (tflite_int8 calibrated on `calibration_count`
+    images of the run's training shards); returns the new version directory. Everything is
+    checked before anything is written."""
     directory = RunDirectory(checkpoint_dir)
     stored = directory.require_settings()
     checkpoint_path = directory.resolve(checkpoint_path, log)
     check_export_dir(export_dir)
     label_names = datasets.read_label_names(datasets.labels_dir(stored.data_dir), log)
+    calibration = None
+    if "tflite_int8" in formats:
+        calibration = lite.calibration_images(datasets.labels_dir(stored.data_dir),
+                                              stored.model.image_size,
+                                              stored.model.num_classes - 1, calibration_count)
+        log(f"calibrating tflite_int8 on {len(calibration)} training images")
     log(f"exporting {checkpoint_path} ({stored.model.image_size} px, "
         f"{stored.model.num_classes - 1} labels)...")
     return export_saved_model(checkpoint_path, stored, label_names, export_dir, top_k,
-                              max_pixels=max_pixels, formats=formats)
+                              max_pixels=max_pixels, formats=formats, calibration=calibration)
 
 
-def _write_saved_model(serving_graph, checkpoint_path, target_dir, formats):
+def _write_saved_model(serving_graph, checkpoint_path, target_dir, formats, calibration=None):
     with serving_graph.graph.as_default():
         signatures = _signatures(serving_graph)
     with tf1.Session(graph=serving_graph.graph) as session:
@@ -225,9 +237,11 @@ def _write_saved_model(serving_graph, checkpoint_path, target_dir, formats):
                                              signature_def_map=signatures,
                                              strip_default_attrs=True)
         builder.save()
+        logits = serving_graph.outputs_from_images["logits"]
         if "tflite" in formats:
-            lite.write_tflite(session, serving_graph.images,
-                              serving_graph.outputs_from_images["logits"], target_dir)
+            lite.write_tflite(session, serving_graph.images, logits, target_dir)
+        if "tflite_int8" in formats:
+            lite.write_tflite(session, serving_graph.images, logits, target_dir, calibration)
 
 
 def _signatures(serving_graph):

@@ -176,7 +176,9 @@ def build_train_input(shards, batch_size, image_size, num_classes, seed=None, st
       augmentation: settings.AugmentationSettings for RandAugment and random erasing after
         the distortions (preprocessing.train_image); None: the distortions alone.
       examples_per_epoch: the records in `shards`: the position is tracked (InputBatch.
-        position) and reading starts at it; None: not tracked, reading starts at epoch 0.
+        position) and reading starts at it; None: not tracked, reading starts at epoch 0. A
+        resume lands where the uninterrupted run read only when this is the shards' true
+        count (an epoch is where their records end, and the start epoch is position // it).
 
     Returns:
       InputBatch with static shapes [batch_size, image_size, image_size, 3] and [batch_size].

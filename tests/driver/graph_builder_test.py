@@ -41,8 +41,8 @@ def built_and_run(**augmentation):
         cross_entropy = [graph.get_tensor_by_name(f"tower_{index}/cross_entropy/value:0")
                          for index in range(TOWERS * MICRO_BATCHES)]
         with tf1.Session(graph=graph, config=run.placement.session_config()) as session:
-            session.run([tf1.global_variables_initializer(), tf1.local_variables_initializer(),
-                         built.input_initializer])
+            session.run([tf1.global_variables_initializer(), tf1.local_variables_initializer()])
+            session.run(built.input_initializer)  # it reads the input position: after those
             values = session.run([inputs, mixed, labels, logits, cross_entropy])
     return list(zip(*values))
 

@@ -22,6 +22,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from bench import report as bench_report
 from common import machine
 from inception.inputs import datasets
 from inception.run.directory import RunDirectory
@@ -102,9 +103,7 @@ def main():
               "formats": measure(version_dir, images_bytes, labels, stored.model.image_size)}
     print(json.dumps(report, indent=2))
     if args.output_json:
-        with open(args.output_json, "w", encoding="utf-8") as handle:
-            json.dump(report, handle, indent=2)
-            handle.write("\n")
+        bench_report.write_json(report, args.output_json)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ import tempfile
 
 import numpy as np
 
+from bench import report as bench_report
 from common import machine
 
 CONFIGURATIONS = {"seed": ["--seed=5"], "seed + deterministic": ["--seed=5", "--deterministic"]}
@@ -80,9 +81,7 @@ def main():
               "deterministic_over_seed": round(ratio, 3)}
     print(json.dumps(report, indent=2))
     if args.output_json:
-        with open(args.output_json, "w", encoding="utf-8") as handle:
-            json.dump(report, handle, indent=2)
-            handle.write("\n")
+        bench_report.write_json(report, args.output_json)
 
 
 if __name__ == "__main__":

@@ -29,8 +29,9 @@ flags.DEFINE_string("formats", rules.SAVED_MODEL_FORMAT, "Comma-separated format
                     "the version folder: saved_model (always), tflite (a float TFLite model of "
                     "the preprocessed images, with model_inputs.json and labels.txt), "
                     "tflite_int8 (the same quantized to int8 after training).")
-flags.DEFINE_integer("calibration_images", rules.DEFAULT_CALIBRATION_IMAGES, "tflite_int8: images of the run's training "
-                     "shards (spread over the labels) that calibrate the quantization.")
+flags.DEFINE_integer("calibration_images", rules.DEFAULT_CALIBRATION_IMAGES,
+                     "tflite_int8: images of the run's training shards (spread over the labels) "
+                     "that calibrate the quantization.")
 flags.DEFINE_integer("max_image_pixels", image_limits.MAX_IMAGE_PIXELS,
                      "The served model refuses images of more pixels (width x height, read "
                      "from the file's header before decoding): that request fails with a "
@@ -66,6 +67,7 @@ def main(argv):
         cli.fail(f"unexpected arguments {argv[1:]}; flags look like --export_dir=DIR.", 2)
     checkpoint_dir, checkpoint_path, export_dir, formats = check_flags()
     startup.quiet_tensorflow()
+    from inception.serving import lite  # pylint: disable=import-outside-toplevel
     from inception.serving import saved_model  # pylint: disable=import-outside-toplevel
     try:
         version_dir = saved_model.export_training_run(checkpoint_dir, export_dir, checkpoint_path,
@@ -80,8 +82,8 @@ def main(argv):
             f"{image_limits.describe_limit(FLAGS.max_image_pixels)}; predict_images on "
             "preprocessed ones)" + "".join(
                 f"; {name} beside it (preprocessed images: model_inputs.json)"
-                for name, wanted in (("model.tflite", "tflite"),
-                                     ("model_int8.tflite", "tflite_int8"))
+                for name, wanted in ((lite.TFLITE_FILE, "tflite"),
+                                     (lite.TFLITE_INT8_FILE, "tflite_int8"))
                 if wanted in formats))
 
 

@@ -30,7 +30,8 @@ class DataSettings:
     """What a run reads. num_labels: labels in the data (background excluded), only for shards
     without labels.txt; seed: input order and distortions (and initial weights);
     deterministic: TensorFlow's op determinism, seed 0 when none is given (the same command
-    then writes bit-identical checkpoints on the same machine); validation_fraction: of each label's images, for a folder of label folders (data/
+    then writes bit-identical checkpoints on the same machine); validation_fraction: of each
+    label's images, for a folder of label folders (data/
     folder_cache.py)."""
     data_dir: str = ""
     dataset: str = ""

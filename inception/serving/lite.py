@@ -7,8 +7,8 @@ Decoding and resizing stay outside it (TFLite has no image decoders): serving/
 numpy_preprocessing.py does them as the SavedModel does. `model_int8.tflite` is the same model
 quantized after training: int8 weights and activations, calibrated on images of the run's own
 training shards (preprocessed as served), with float input and output, so it takes the same
-images. `model_inputs.json` says what the model
-takes and `labels.txt` names each logit (line i: logit i, line 0 the background).
+images. `model_inputs.json` says what the models take and `labels.txt` names each logit (line
+i: logit i, line 0 the background).
 """
 
 import json
@@ -17,6 +17,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
+from common import error_lines
 from data import tfrecord_format
 from inception.config import recipe
 from inception.config import rules
@@ -51,7 +52,8 @@ def write_tflite(session, images, logits, target_dir, calibration=None):
     except Exception as error:  # pylint: disable=broad-except
         # The converter raises its own ConverterError, or errors of the MLIR passes it runs.
         flag = "tflite_int8" if quantized else "tflite"
-        raise ConversionError(f"TFLite could not convert the model: {_first_line(error)}; "
+        raise ConversionError("TFLite could not convert the model: "
+                              f"{error_lines.root_cause(str(error))}; "
                               f"export without {flag} in --formats.") from None
     name = TFLITE_INT8_FILE if quantized else TFLITE_FILE
     with tf.io.gfile.GFile(os.path.join(target_dir, name), "wb") as handle:
@@ -73,20 +75,16 @@ def calibration_images(shard_dir, image_size, num_labels,
         record, {"image/encoded": tf.io.FixedLenFeature([], tf.string),
                  "image/class/label": tf.io.FixedLenFeature([], tf.int64)}))
     share = -(-count // max(num_labels, 1))
-    by_label, kept = {}, 0
+    per_label, chosen = {}, []
     for example in records:
-        group = by_label.setdefault(int(example["image/class/label"]), [])
-        if len(group) < share:
-            group.append(example["image/encoded"].numpy())
-            kept += 1
-            if kept >= count:
+        label = int(example["image/class/label"])
+        if per_label.get(label, 0) < share:
+            per_label[label] = per_label.get(label, 0) + 1
+            chosen.append(numpy_preprocessing.eval_image(example["image/encoded"].numpy(),
+                                                         image_size))
+            if len(chosen) == count:
                 break
-    chosen, rank = [], 0
-    while len(chosen) < count and any(rank < len(group) for group in by_label.values()):
-        chosen += [group[rank] for _, group in sorted(by_label.items()) if rank < len(group)]
-        rank += 1
-    return np.stack([numpy_preprocessing.eval_image(data, image_size)
-                     for data in chosen[:count]])
+    return np.stack(chosen)
 
 
 def write_inputs(target_dir, image_size, texts):
@@ -108,8 +106,3 @@ def write_inputs(target_dir, image_size, texts):
     with tf.io.gfile.GFile(os.path.join(target_dir, LABELS_FILE), "w") as handle:
         handle.write("".join(f"{text}\n" for text in texts))
 
-
-def _first_line(error):
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    found = [line for line in lines if "error" in line.lower() or "not supported" in line]
-    return (found or lines or [type(error).__name__])[0]

@@ -115,6 +115,16 @@ class CalibrationTest(unittest.TestCase):
         images = lite.calibration_images(data_dir, 32, num_labels=5, count=10)
         self.assertEqual(images.shape, (10, 32, 32, 3))
         self.assertEqual(images.dtype, np.float32)
+        # Each chosen image is found among all training images, whose labels say the spread.
+        records = tf.data.TFRecordDataset(sorted(tf.io.gfile.glob(
+            os.path.join(data_dir, "train-*")))).map(lambda record: tf.io.parse_single_example(
+                record, {"image/encoded": tf.io.FixedLenFeature([], tf.string),
+                         "image/class/label": tf.io.FixedLenFeature([], tf.int64)}))
+        every = [(numpy_preprocessing.eval_image(r["image/encoded"].numpy(), 32),
+                  int(r["image/class/label"])) for r in records]
+        labels = [next(label for image, label in every if np.array_equal(image, chosen))
+                  for chosen in images]
+        self.assertEqual(sorted(labels), [1, 1, 2, 2, 3, 3, 4, 4, 5, 5])
 
     def test_a_missing_calibration_set_is_one_line(self):
         empty = testing_utils.temp_dir("no_shards")

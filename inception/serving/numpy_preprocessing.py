@@ -64,26 +64,20 @@ def resize_bilinear(image, size):
     Written here because Pillow's bilinear filter widens its support when it shrinks an image
     (an antialiasing filter), which TensorFlow's does not.
     """
-    rows = _interpolation(image.shape[0], size)
-    columns = _interpolation(image.shape[1], size)
+    row_low, row_high, row_weight = _interpolation(image.shape[0], size)
+    column_low, column_high, column_weight = _interpolation(image.shape[1], size)
     image = image.astype(np.float32)
-    blended_rows = (image[rows.lower] * (1 - rows.weight)[:, None, None]
-                    + image[rows.upper] * rows.weight[:, None, None])
-    return (blended_rows[:, columns.lower] * (1 - columns.weight)[None, :, None]
-            + blended_rows[:, columns.upper] * columns.weight[None, :, None])
-
-
-class _Interpolation:
-    """Source indices (lower, upper) and the upper one's weight, per output position."""
-
-    def __init__(self, lower, upper, weight):
-        self.lower, self.upper, self.weight = lower, upper, weight
+    rows = (image[row_low] * (1 - row_weight)[:, None, None]
+            + image[row_high] * row_weight[:, None, None])
+    return (rows[:, column_low] * (1 - column_weight)[None, :, None]
+            + rows[:, column_high] * column_weight[None, :, None])
 
 
 def _interpolation(in_size, out_size):
+    """(lower source index, upper source index, the upper one's weight) per output position."""
     position = (np.arange(out_size, dtype=np.float32) + 0.5) * np.float32(in_size / out_size) \
         - 0.5
     floor = np.floor(position)
     lower = np.maximum(floor, 0).astype(np.int64)
     upper = np.minimum(np.ceil(position), in_size - 1).astype(np.int64)
-    return _Interpolation(lower, upper, (position - floor).astype(np.float32))
+    return lower, upper, (position - floor).astype(np.float32)

@@ -1,7 +1,9 @@
 """`bazel run //inception:classify -- --model=DIR IMAGE_OR_FOLDER...`: what is in these images?
 
---model is an export of //inception:export (its directory of versions or one version) or a
-training directory (its newest checkpoint is loaded in memory). Prints the top classes of each
+--model is an export of //inception:export (its directory of versions or one version), a
+training directory (its newest checkpoint is loaded in memory), or a model file of an export
+(model.tflite, model_int8.tflite, model.onnx), which runs on LiteRT or onnxruntime without
+importing TensorFlow (its images read from local files). Prints the top classes of each
 image; with --output_json also writes them as JSON lines. An image that cannot be read, or has
 more pixels than the limit (read from its header, before decoding), is reported and the rest
 are still classified; the exit status is then 1.
@@ -16,12 +18,15 @@ from absl import flags
 
 from common import cli
 from common import image_limits
+from common.progress import ProgressBar
 from inception.driver import startup
+from inception.serving import predictions
+from inception.serving import runtimes
 
 FLAGS = flags.FLAGS
 
-flags.DEFINE_string("model", "", "An export directory (of //inception:export) or a training "
-                    "directory (required).")
+flags.DEFINE_string("model", "", "An export directory (of //inception:export), a training "
+                    "directory, or a .tflite / .onnx file of an export (required).")
 flags.DEFINE_string("output_json", "", "Also write one JSON line per image to this file.")
 flags.DEFINE_integer("batch_size", 16, "Images classified together.")
 flags.DEFINE_integer("max_image_pixels", image_limits.MAX_IMAGE_PIXELS,
@@ -60,30 +65,59 @@ def open_output(output_json):
                         "pass a file in a directory you can write.")
 
 
-def main(argv):
-    model_path, paths, output_json = check_flags(argv)
-    startup.quiet_tensorflow()
-    from common.progress import ProgressBar  # pylint: disable=import-outside-toplevel
-    from inception.serving import predictor  # pylint: disable=import-outside-toplevel
-    files, missing = predictor.image_files(paths)
+def list_images(paths, file_system):
+    """(image files, missing paths) named by `paths`; each missing one is an error line, and
+    none found at all ends the command."""
+    files, missing = predictions.image_files(paths, file_system)
     for path in missing:
         print(f"error: {path} does not exist", file=sys.stderr, flush=True)
     if not files:
         cli.fail("no image files found in " + ", ".join(paths))
-    if FLAGS["max_image_pixels"].present and predictor.saved_model_version(model_path):
-        cli.log("note: --max_image_pixels is for a training directory; this export refuses "
-                "images over the limit it was exported with.")
-    json_file = open_output(output_json)
+    return files, missing
+
+
+def open_model(model_path):
+    """predict(encoded images) for --model=model_path: a model file on its own runtime
+    (TensorFlow is never imported), anything else through TensorFlow; one line and exit 1
+    when it cannot be opened."""
     try:
-        predict = predictor.open_model(model_path, log=cli.log,
-                                       max_pixels=FLAGS.max_image_pixels)
+        if runtimes.is_model_file(model_path):
+            exported, predict = True, runtimes.open_model_file(model_path, log=cli.log)
+        else:
+            from inception.serving import tf_models  # pylint: disable=import-outside-toplevel
+            exported = tf_models.saved_model_version(model_path) is not None
+            predict = tf_models.open_model(model_path, log=cli.log,
+                                           max_pixels=FLAGS.max_image_pixels)
     except ValueError as error:
         cli.fail(error)
+    if FLAGS["max_image_pixels"].present and exported:
+        cli.log("note: --max_image_pixels is for a training directory; this export refuses "
+                "images over the limit it was exported with.")
+    return predict
+
+
+def image_file_system(model_path):
+    """Where the images are read from: local files for a model file (TensorFlow stays
+    unimported), TensorFlow's file systems (URLs too) otherwise."""
+    if runtimes.is_model_file(model_path):
+        return predictions.LOCAL_FILES
+    startup.quiet_tensorflow()
+    from inception.serving import tf_models  # pylint: disable=import-outside-toplevel
+    return tf_models.GFILE_FILES
+
+
+def main(argv):
+    model_path, paths, output_json = check_flags(argv)
+    file_system = image_file_system(model_path)
+    files, missing = list_images(paths, file_system)
+    json_file = open_output(output_json)
+    predict = open_model(model_path)
     progress = ProgressBar(len(files), "images") if len(files) > PROGRESS_AFTER else None
     failed = len(missing)
     with json_file:
-        for prediction in predictor.classify_files(
-                predict, files, FLAGS.batch_size, progress.update if progress else None):
+        for prediction in predictions.classify_files(
+                predict, files, FLAGS.batch_size, progress.update if progress else None,
+                file_system):
             if progress:
                 progress.clear()
             print(prediction.block(), flush=True)

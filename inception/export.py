@@ -27,8 +27,10 @@ flags.DEFINE_alias("model", "checkpoint_dir")
 flags.DEFINE_integer("top_k", 5, "How many classes each prediction returns.")
 flags.DEFINE_string("formats", rules.SAVED_MODEL_FORMAT, "Comma-separated formats written into "
                     "the version folder: saved_model (always), tflite (a float TFLite model of "
-                    "the preprocessed images, with model_inputs.json and labels.txt), "
-                    "tflite_int8 (the same quantized to int8 after training).")
+                    "the preprocessed images), tflite_int8 (the same quantized to int8 after "
+                    "training), onnx (an ONNX model of them, by tf2onnx); the model files come "
+                    "with model_inputs.json and labels.txt, and //inception:classify runs them "
+                    "without TensorFlow.")
 flags.DEFINE_integer("calibration_images", rules.DEFAULT_CALIBRATION_IMAGES,
                      "tflite_int8: images of the run's training shards (spread over the labels) "
                      "that calibrate the quantization.")
@@ -67,7 +69,7 @@ def main(argv):
         cli.fail(f"unexpected arguments {argv[1:]}; flags look like --export_dir=DIR.", 2)
     checkpoint_dir, checkpoint_path, export_dir, formats = check_flags()
     startup.quiet_tensorflow()
-    from inception.serving import lite  # pylint: disable=import-outside-toplevel
+    from inception.serving import model_files  # pylint: disable=import-outside-toplevel
     from inception.serving import saved_model  # pylint: disable=import-outside-toplevel
     try:
         version_dir = saved_model.export_training_run(checkpoint_dir, export_dir, checkpoint_path,
@@ -80,11 +82,12 @@ def main(argv):
     cli.log(f"SavedModel written to {version_dir} (signatures: serving_default on encoded "
             "images, refusing those over "
             f"{image_limits.describe_limit(FLAGS.max_image_pixels)}; predict_images on "
-            "preprocessed ones)" + "".join(
-                f"; {name} beside it (preprocessed images: model_inputs.json)"
-                for name, wanted in ((lite.TFLITE_FILE, "tflite"),
-                                     (lite.TFLITE_INT8_FILE, "tflite_int8"))
-                if wanted in formats))
+            "preprocessed ones)")
+    written = [name for wanted, name in model_files.MODEL_FILES.items() if wanted in formats]
+    if written:
+        cli.log(f"beside it: {', '.join(written)} (preprocessed images, described in "
+                f"{model_files.INPUTS_FILE}); classify them with //inception:classify -- "
+                f"--model={os.path.join(version_dir, written[0])}")
 
 
 if __name__ == "__main__":

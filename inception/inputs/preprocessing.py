@@ -21,10 +21,8 @@ from inception.inputs import augment
 
 RESIZE_METHODS = ("bilinear", "nearest", "bicubic", "area")
 _JPEG_END_SEARCH_BYTES = 64
-LIMIT_FLAG = "--max_image_pixels"
 TOO_LARGE_START = "the image is "  # how a refused image's message begins
-NOT_AN_IMAGE_REASON = "its first bytes are those of none of them"
-UNKNOWN_FORMAT = f"not a JPEG, PNG, GIF or BMP image ({NOT_AN_IMAGE_REASON})"
+UNKNOWN_FORMAT = f"not a JPEG, PNG, GIF or BMP image ({image_limits.NOT_AN_IMAGE_REASON})"
 # The magic bytes TensorFlow's decode_image tells formats by; it also reads WebP and JPEG XL,
 # which are refused here because their sizes are not read from the header.
 _PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -152,7 +150,7 @@ def distort_colour(image, seeds):
 
 
 def eval_image(encoded, image_size, max_pixels=image_limits.MAX_IMAGE_PIXELS,
-               limit_flag=LIMIT_FLAG):
+               limit_flag=image_limits.LIMIT_FLAG):
     """Decodes one evaluation image: central 87.5% crop, bilinear resize, [-1, 1].
 
     `encoded` (scalar string) may be JPEG (the shards), PNG, GIF (first frame) or BMP bytes
@@ -177,7 +175,7 @@ def central_crop_window(image_shape, fraction=recipe.EVAL_CENTRAL_FRACTION):
 
 
 def decode_central_crop(encoded, max_pixels=image_limits.MAX_IMAGE_PIXELS,
-                        limit_flag=LIMIT_FLAG):
+                        limit_flag=image_limits.LIMIT_FLAG):
     """uint8 [h, w, 3]: the central 87.5% of a JPEG, PNG, GIF (first frame) or BMP image.
 
     Refused before decoding (InvalidArgumentError) when it is none of those or has more than
@@ -203,7 +201,7 @@ def decode_central_crop(encoded, max_pixels=image_limits.MAX_IMAGE_PIXELS,
 
 
 def checked_for_decoding(encoded, max_pixels=image_limits.MAX_IMAGE_PIXELS,
-                         limit_flag=LIMIT_FLAG):
+                         limit_flag=image_limits.LIMIT_FLAG):
     """`encoded` (scalar string) again, to be decoded only once its header is checked.
 
     Running the result is an InvalidArgumentError with a one-line message, before anything is

@@ -1,45 +1,35 @@
 """The trained model as TFLite models, written beside the SavedModel in its version folder.
 
-`model.tflite` is the SavedModel's `predict_images` path: float32 images [1, size, size, 3] in
-[-1, 1] -> logits [1, num_classes], the same inference graph (batch norm from its moving
-statistics) and the same moving-average weights, converted by TensorFlow's TFLiteConverter.
-Decoding and resizing stay outside it (TFLite has no image decoders): serving/
-numpy_preprocessing.py does them as the SavedModel does. `model_int8.tflite` is the same model
-quantized after training: int8 weights and activations, calibrated on images of the run's own
-training shards (preprocessed as served), with float input and output, so it takes the same
-images. `model_inputs.json` says what the models take and `labels.txt` names each logit (line
-i: logit i, line 0 the background).
+`model.tflite` is the SavedModel's `predict_images` path (serving/model_files.py says what it
+takes): the same inference graph (batch norm from its moving statistics) and the same
+moving-average weights, converted by TensorFlow's TFLiteConverter. Decoding and resizing stay
+outside it (TFLite has no image decoders): serving/numpy_preprocessing.py does them as the
+SavedModel does. `model_int8.tflite` is the same model quantized after training: int8 weights
+and activations, calibrated on images of the run's own training shards (preprocessed as
+served), with float input and output, so it takes the same images.
 """
 
-import json
 import os
+import re
 
 import numpy as np
 import tensorflow as tf
 
 from common import error_lines
 from data import tfrecord_format
-from inception.config import recipe
 from inception.config import rules
+from inception.serving import model_files
 from inception.serving import numpy_preprocessing
+from inception.serving.model_files import ConversionError
 
 tf1 = tf.compat.v1
-
-TFLITE_FILE = "model.tflite"
-TFLITE_INT8_FILE = "model_int8.tflite"
-INPUTS_FILE = "model_inputs.json"
-LABELS_FILE = "labels.txt"
-
-
-class ConversionError(ValueError):
-    """The converter could not turn the graph into a TFLite model; one line naming the cause."""
 
 
 def write_tflite(session, images, logits, target_dir, calibration=None):
     """Converts the graph of `session` from `images` to `logits` (float32) into
     `<target_dir>/model.tflite`, or with `calibration` (float32 [n, size, size, 3] images as
-    served) into an int8 `model_int8.tflite`; raises ConversionError naming the converter's
-    complaint."""
+    served) into an int8 `model_int8.tflite` (`target_dir` is local); raises ConversionError
+    naming the converter's complaint."""
     quantized = calibration is not None
     try:
         converter = tf1.lite.TFLiteConverter.from_session(session, [images], [logits])
@@ -52,12 +42,20 @@ def write_tflite(session, images, logits, target_dir, calibration=None):
     except Exception as error:  # pylint: disable=broad-except
         # The converter raises its own ConverterError, or errors of the MLIR passes it runs.
         flag = "tflite_int8" if quantized else "tflite"
-        raise ConversionError("TFLite could not convert the model: "
-                              f"{error_lines.root_cause(str(error))}; "
+        raise ConversionError(f"TFLite could not convert the model: {_converter_cause(error)}; "
                               f"export without {flag} in --formats.") from None
-    name = TFLITE_INT8_FILE if quantized else TFLITE_FILE
-    with tf.io.gfile.GFile(os.path.join(target_dir, name), "wb") as handle:
+    name = model_files.MODEL_FILES["tflite_int8" if quantized else "tflite"]
+    with open(os.path.join(target_dir, name), "wb") as handle:
         handle.write(model)
+
+
+def _converter_cause(error):
+    """The converter's complaint in one line: the ops TFLite has no kernel for, when that is
+    it (its message lists them on a line of their own, among many lines of MLIR)."""
+    unsupported = re.search(r"^(?:Custom|Flex) ops: (.+)$", str(error), re.MULTILINE)
+    if unsupported:
+        return f"TFLite has no built-in kernel for the TensorFlow op {unsupported.group(1)}"
+    return error_lines.root_cause(str(error))
 
 
 def calibration_images(shard_dir, image_size, num_labels,
@@ -85,24 +83,3 @@ def calibration_images(shard_dir, image_size, num_labels,
             if len(chosen) == count:
                 break
     return np.stack(chosen)
-
-
-def write_inputs(target_dir, image_size, texts):
-    """Writes model_inputs.json (what a TFLite or ONNX model beside it takes and returns) and
-    labels.txt (`texts`: the name of each logit) into `target_dir`."""
-    description = {
-        "input": {"shape": [1, image_size, image_size, 3], "dtype": "float32",
-                  "range": [-1.0, 1.0]},
-        "output": {"name": "logits", "classes": len(texts), "labels": LABELS_FILE},
-        "preprocessing": {
-            "decode": "JPEG, PNG, GIF (first frame) or BMP to RGB; JPEG with the accurate "
-                      "integer DCT",
-            "central_fraction": recipe.EVAL_CENTRAL_FRACTION,
-            "resize": "bilinear, half-pixel centres, no antialiasing",
-            "scale": "value / 255 * 2 - 1"},
-    }
-    with tf.io.gfile.GFile(os.path.join(target_dir, INPUTS_FILE), "w") as handle:
-        handle.write(json.dumps(description, indent=2) + "\n")
-    with tf.io.gfile.GFile(os.path.join(target_dir, LABELS_FILE), "w") as handle:
-        handle.write("".join(f"{text}\n" for text in texts))
-

@@ -13,39 +13,42 @@ import io
 
 import numpy as np
 from PIL import Image
+from PIL import UnidentifiedImageError
 
 from common import image_limits
 from inception.config import recipe
+from inception.serving.predictions import ImageError
 
 
-class ImageError(ValueError):
-    """The bytes are not an image this preprocessing reads, or the image is too large; the
-    message is one line."""
-
-
-def eval_image(encoded, image_size, max_pixels=image_limits.MAX_IMAGE_PIXELS):
+def eval_image(encoded, image_size, max_pixels=image_limits.MAX_IMAGE_PIXELS,
+               limit_flag=image_limits.LIMIT_FLAG):
     """float32 [image_size, image_size, 3] in [-1, 1] of the JPEG, PNG, GIF (first frame) or
-    BMP bytes `encoded`; raises ImageError for other bytes or more than `max_pixels` pixels."""
-    image = decode_central_crop(encoded, max_pixels).astype(np.float32) / 255.0
+    BMP bytes `encoded`; raises ImageError for other bytes, or for more than `max_pixels`
+    pixels (naming `limit_flag`, the flag that raises it)."""
+    image = decode_central_crop(encoded, max_pixels, limit_flag).astype(np.float32) / 255.0
     image = np.clip(resize_bilinear(image, image_size), 0.0, 1.0)
     return ((image - 0.5) * 2.0).astype(np.float32)
 
 
-def decode_central_crop(encoded, max_pixels=image_limits.MAX_IMAGE_PIXELS):
+def decode_central_crop(encoded, max_pixels=image_limits.MAX_IMAGE_PIXELS,
+                        limit_flag=image_limits.LIMIT_FLAG):
     """uint8 [h, w, 3]: the central recipe.EVAL_CENTRAL_FRACTION of the image."""
     try:
         with Image.open(io.BytesIO(encoded)) as opened:
             if opened.format not in ("JPEG", "PNG", "GIF", "BMP"):
-                raise ImageError(f"not a JPEG, PNG, GIF or BMP image ({opened.format})")
+                raise ImageError(image_limits.unreadable_message(opened.format))
             width, height = opened.size
             if width * height > max_pixels:
-                raise ImageError(image_limits.too_large_message(width, height, max_pixels))
+                raise ImageError(image_limits.too_large_message(width, height, max_pixels,
+                                                                limit_flag))
             opened.seek(0)  # a GIF's first frame, as TensorFlow's decoder takes it
             pixels = np.asarray(opened.convert("RGB"))
+    except UnidentifiedImageError:
+        raise ImageError(image_limits.unreadable_message()) from None
     except Image.DecompressionBombError as error:  # Pillow's own refusal, above twice its limit
         raise ImageError(str(error)) from None
     except (OSError, SyntaxError) as error:  # Pillow's errors for bytes it cannot read
-        raise ImageError(f"not a JPEG, PNG, GIF or BMP image ({error})") from None
+        raise ImageError(image_limits.unreadable_message(error)) from None
     top, left, crop_height, crop_width = central_crop_window(pixels.shape)
     return pixels[top:top + crop_height, left:left + crop_width]
 

@@ -13,8 +13,8 @@ their exponential moving averages. Two signatures share its variables:
 Both return `classes` (int64 [N, k], 1-based labels, 0 = background), `probabilities`
 (float32 [N, k]), `label_texts` (string [N, k]) and `logits` (float32 [N, num_classes]).
 The export is written in TensorFlow Serving's layout, `<export_dir>/<global step>/`, under a
-temporary name first, so a version directory is always complete. With the `tflite` format the
-same folder also holds `model.tflite`, `model_inputs.json` and `labels.txt` (lite.py).
+temporary name first, so a version directory is always complete. The other --formats add their
+model files to the same folder, with `model_inputs.json` and `labels.txt` (model_files.py).
 """
 
 import dataclasses
@@ -30,7 +30,6 @@ from common import files
 from common import image_limits
 from inception.config import rules
 from inception.config.rules import SAVED_MODEL_FORMAT
-from inception.config.rules import TFLITE_FORMATS
 from inception.inputs import datasets
 from inception.inputs import preprocessing
 from inception.model import network
@@ -38,6 +37,8 @@ from inception.run import checkpoint_io
 from inception.run.directory import RunDirectory
 from inception.run.directory import SETTINGS_FILE
 from inception.serving import lite
+from inception.serving import model_files
+from inception.serving import onnx_format
 
 tf1 = tf.compat.v1
 
@@ -45,10 +46,9 @@ SERVING_SIGNATURE = "serving_default"
 IMAGES_SIGNATURE = "predict_images"
 BYTES_INPUT = "image_bytes"  # the `_bytes` suffix tells REST front ends to expect base64
 IMAGES_INPUT = "images"
-DEFAULT_TOP_K = 5
+DEFAULT_TOP_K = model_files.DEFAULT_TOP_K
 SAVED_MODEL_FILE = "saved_model.pb"
 LIMIT_CONSTANT = "max_image_pixels"
-EXPORT_LIMIT_FLAG = "--max_image_pixels of //inception:export"
 BACKGROUND_TEXT = "background"
 
 
@@ -86,7 +86,7 @@ def prediction_outputs(logits, texts, top_k):
 
 def build_serving_graph(settings, label_names=(), top_k=DEFAULT_TOP_K, logits_fn=None,
                         max_pixels=image_limits.MAX_IMAGE_PIXELS,
-                        limit_flag=preprocessing.LIMIT_FLAG):
+                        limit_flag=image_limits.LIMIT_FLAG):
     """Builds the inference graph for ModelSettings `settings`; returns ServingGraph.
 
     logits_fn: callable(images, settings) -> logits; Inception v3 in inference mode by default.
@@ -147,18 +147,15 @@ def export_saved_model(checkpoint_path, stored, label_names, export_dir,
       label_names: label_names[i - 1] names label i; empty when the data set had none.
       max_pixels: the serving signature refuses images of more pixels (baked in).
       formats: config.rules.EXPORT_FORMATS to write into the version folder (the SavedModel
-        always); a model one of them cannot hold is a lite.ConversionError, nothing kept.
+        always); a model one of them cannot hold is a model_files.ConversionError, nothing
+        kept.
       calibration: float32 images for tflite_int8 (lite.calibration_images).
 
     Raises ExportError when that version exists already (nothing is overwritten).
     """
-    check_export_dir(export_dir)
-    version_dir = os.path.join(export_dir, str(checkpoint_io.step_of(checkpoint_path)))
-    if tf.io.gfile.exists(version_dir):
-        raise ExportError(f"{version_dir} exists already (this checkpoint was exported); train "
-                          "further for a new version or pass another --export_dir.")
+    version_dir = new_version_dir(export_dir, checkpoint_path)
     serving_graph = build_serving_graph(stored.model, label_names, top_k, logits_fn,
-                                        max_pixels, EXPORT_LIMIT_FLAG)
+                                        max_pixels, image_limits.EXPORT_LIMIT_FLAG)
     # Written whole under a temporary name first: beside the versions on a local disk (then one
     # rename), in a local temporary directory for a URL (object stores cannot rename folders).
     staging_parent = tempfile.mkdtemp() if files.is_url(export_dir) else export_dir
@@ -166,9 +163,10 @@ def export_saved_model(checkpoint_path, stored, label_names, export_dir,
                                                f"{os.getpid()}")
     try:
         _write_saved_model(serving_graph, checkpoint_path, partial_dir, formats, calibration)
-        if set(formats) & set(TFLITE_FORMATS):
-            lite.write_inputs(partial_dir, stored.model.image_size,
-                              label_texts(stored.model.num_classes, label_names))
+        if set(formats) - {SAVED_MODEL_FORMAT}:
+            model_files.write(partial_dir, model_files.ModelInputs(
+                stored.model.image_size, tuple(label_texts(stored.model.num_classes,
+                                                           label_names)), top_k, max_pixels))
         _write_settings(partial_dir, stored)
         _publish(partial_dir, version_dir)
     except (OSError, tf.errors.PermissionDeniedError, tf.errors.ResourceExhaustedError,
@@ -181,6 +179,17 @@ def export_saved_model(checkpoint_path, stored, label_names, export_dir,
             shutil.rmtree(partial_dir)
         if staging_parent != export_dir:
             shutil.rmtree(staging_parent, ignore_errors=True)
+    return version_dir
+
+
+def new_version_dir(export_dir, checkpoint_path):
+    """`<export_dir>/<step of checkpoint_path>`, checked to be writable and new; ExportError
+    when that version exists already (nothing is overwritten)."""
+    check_export_dir(export_dir)
+    version_dir = os.path.join(export_dir, str(checkpoint_io.step_of(checkpoint_path)))
+    if tf.io.gfile.exists(version_dir):
+        raise ExportError(f"{version_dir} exists already (this checkpoint was exported); train "
+                          "further for a new version or pass another --export_dir.")
     return version_dir
 
 
@@ -213,7 +222,7 @@ def export_training_run(checkpoint_dir, export_dir, checkpoint_path="", top_k=DE
     directory = RunDirectory(checkpoint_dir)
     stored = directory.require_settings()
     checkpoint_path = directory.resolve(checkpoint_path, log)
-    check_export_dir(export_dir)
+    new_version_dir(export_dir, checkpoint_path)
     label_names = datasets.read_label_names(datasets.labels_dir(stored.data_dir), log)
     calibration = None
     if "tflite_int8" in formats:
@@ -242,6 +251,8 @@ def _write_saved_model(serving_graph, checkpoint_path, target_dir, formats, cali
             lite.write_tflite(session, serving_graph.images, logits, target_dir)
         if "tflite_int8" in formats:
             lite.write_tflite(session, serving_graph.images, logits, target_dir, calibration)
+        if "onnx" in formats:
+            onnx_format.write_onnx(session, serving_graph.images, logits, target_dir)
 
 
 def _signatures(serving_graph):

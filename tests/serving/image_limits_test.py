@@ -21,7 +21,8 @@ from common import error_lines
 from common import image_limits
 from inception.config import settings as settings_lib
 from inception.inputs import preprocessing
-from inception.serving import predictor
+from inception.serving import predictions
+from inception.serving import tf_models
 from inception.serving import saved_model
 from tests import testing_utils
 
@@ -245,8 +246,8 @@ def in_memory_model(max_pixels=image_limits.MAX_IMAGE_PIXELS):
     session = tf1.Session(graph=serving_graph.graph)
     with serving_graph.graph.as_default():
         session.run(tf1.global_variables_initializer())
-    return (lambda images: session.run(serving_graph.outputs_from_bytes,
-                                       {serving_graph.image_bytes: images}),
+    return (tf_models.raising_image_errors(lambda images: session.run(
+        serving_graph.outputs_from_bytes, {serving_graph.image_bytes: images})),
             session, serving_graph)
 
 
@@ -263,16 +264,16 @@ class ClassifyTest(unittest.TestCase):
         for name, data in contents.items():
             with open(os.path.join(cls.folder, name), "wb") as handle:
                 handle.write(data)
-        cls.files, _ = predictor.image_files([cls.folder])
+        cls.files, _ = predictions.image_files([cls.folder])
 
     def test_the_bomb_is_reported_and_the_rest_classified(self):
         predict, _, _ = in_memory_model()
-        predictions = list(predictor.classify_files(predict, self.files, batch_size=3))
-        self.assertEqual([os.path.basename(p.path) for p in predictions],
+        results = list(predictions.classify_files(predict, self.files, batch_size=3))
+        self.assertEqual([os.path.basename(p.path) for p in results],
                          ["a.png", "b_bomb.png", "c.jpg", "d.gif", "e.bmp"])
-        self.assertEqual(predictions[1].error, image_limits.too_large_message(
+        self.assertEqual(results[1].error, image_limits.too_large_message(
             BOMB_SIDE, BOMB_SIDE, image_limits.MAX_IMAGE_PIXELS))
-        for prediction in predictions[:1] + predictions[2:]:
+        for prediction in results[:1] + results[2:]:
             self.assertEqual(prediction.error, "")
             with open(prediction.path, "rb") as handle:
                 alone = predict([handle.read()])
@@ -302,13 +303,13 @@ class ClassifyTest(unittest.TestCase):
             serve(image_bytes=tf.constant([encoded(noise(100, 100), "PNG")]))
         self.assertEqual(error_lines.root_cause(raised.exception.message),
                          image_limits.too_large_message(100, 100, 9999,
-                                                        saved_model.EXPORT_LIMIT_FLAG))
+                                                        image_limits.EXPORT_LIMIT_FLAG))
         # classify's own limit is for training directories; the export's stays in force
-        predict = predictor.open_model(export_dir, log=lambda line: None, max_pixels=10**12)
-        predictions = list(predictor.classify_files(predict, self.files))
-        self.assertEqual([bool(p.error) for p in predictions], [False, True, True, False, False])
-        self.assertEqual(predictions[2].error, image_limits.too_large_message(
-            100, 120, 9999, saved_model.EXPORT_LIMIT_FLAG))
+        predict = tf_models.open_model(export_dir, log=lambda line: None, max_pixels=10**12)
+        results = list(predictions.classify_files(predict, self.files))
+        self.assertEqual([bool(p.error) for p in results], [False, True, True, False, False])
+        self.assertEqual(results[2].error, image_limits.too_large_message(
+            100, 120, 9999, image_limits.EXPORT_LIMIT_FLAG))
 
 
 WITHOUT_TENSORFLOW = """

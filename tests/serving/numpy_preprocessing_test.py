@@ -70,7 +70,7 @@ class ErrorsTest(unittest.TestCase):
 
     def test_bytes_that_are_no_image_are_one_line(self):
         with self.assertRaisesRegex(numpy_preprocessing.ImageError,
-                                    "^not a JPEG, PNG, GIF or BMP image") as raised:
+                                    "^not a readable JPEG, PNG, GIF or BMP image") as raised:
             numpy_preprocessing.eval_image(b"this is not an image", SIZE)
         self.assertNotIn("\n", str(raised.exception))
         tiff = encoded(photo_like(8, 8), "TIFF")

@@ -23,7 +23,8 @@ from inception.model import network
 from inception.run import checkpoint_io
 from inception.run.directory import RunDirectory
 from inception.run.directory import SETTINGS_FILE
-from inception.serving import predictor
+from inception.serving import predictions
+from inception.serving import tf_models
 from inception.serving import saved_model
 from inception.validation import scoring
 from tests import testing_utils
@@ -209,7 +210,7 @@ class ExportTest(unittest.TestCase):
             self.train_dir, self.export_dir, os.path.join(self.train_dir, "model.ckpt-2"),
             log=lambda line: None)
         self.assertEqual(sorted(os.listdir(self.export_dir)), ["2", "3"])
-        self.assertEqual(predictor.saved_model_version(self.export_dir), self.version_dir)
+        self.assertEqual(tf_models.saved_model_version(self.export_dir), self.version_dir)
         shutil.rmtree(older)
 
     def test_bad_sources_are_one_line_and_write_nothing(self):
@@ -225,8 +226,8 @@ class ExportTest(unittest.TestCase):
             with self.assertRaisesRegex(kind, message):
                 saved_model.export_training_run(source, export_dir, log=lambda line: None)
             self.assertFalse(os.path.exists(target))
-        with self.assertRaisesRegex(predictor.ModelSourceError, "neither an export"):
-            predictor.open_model(testing_utils.temp_dir("nothing"), log=lambda line: None)
+        with self.assertRaisesRegex(tf_models.ModelSourceError, "neither an export"):
+            tf_models.open_model(testing_utils.temp_dir("nothing"), log=lambda line: None)
 
 
 class CopiedRunExportTest(unittest.TestCase):
@@ -297,24 +298,24 @@ class ClassifyTest(unittest.TestCase):
             handle.write("not an image")
 
     def test_a_bad_image_is_reported_and_the_rest_classified(self):
-        files, missing = predictor.image_files([self.folder, "/no/such/file.jpg"])
+        files, missing = predictions.image_files([self.folder, "/no/such/file.jpg"])
         self.assertEqual(missing, ["/no/such/file.jpg"])
-        predict = predictor.open_model(self.source.export_dir, log=lambda line: None)
-        predictions = list(predictor.classify_files(predict, files, batch_size=3))
-        self.assertEqual([os.path.basename(p.path) for p in predictions],
+        predict = tf_models.open_model(self.source.export_dir, log=lambda line: None)
+        results = list(predictions.classify_files(predict, files, batch_size=3))
+        self.assertEqual([os.path.basename(p.path) for p in results],
                          ["image0.jpg", "image1.jpg", "image1b.jpg", "image2.jpg", "image3.jpg"])
-        self.assertIn("not a readable JPEG, PNG, GIF or BMP image", predictions[2].error)
+        self.assertIn("not a readable JPEG, PNG, GIF or BMP image", results[2].error)
         expected = RUN.serving_outputs(RUN.images_bytes[:4])
-        good = [p for p in predictions if not p.error]
+        good = [p for p in results if not p.error]
         self.assertEqual([p.classes[0] for p in good], list(expected["classes"][:, 0]))
 
     def test_a_training_directory_classifies_like_its_export(self):
-        files, _ = predictor.image_files([self.folder])
+        files, _ = predictions.image_files([self.folder])
         files = [path for path in files if "1b" not in path]
-        from_export = predictor.classify_files(
-            predictor.open_model(self.source.export_dir, log=lambda line: None), files)
-        from_checkpoint = predictor.classify_files(
-            predictor.open_model(self.source.train_dir, log=lambda line: None), files)
+        from_export = predictions.classify_files(
+            tf_models.open_model(self.source.export_dir, log=lambda line: None), files)
+        from_checkpoint = predictions.classify_files(
+            tf_models.open_model(self.source.train_dir, log=lambda line: None), files)
         for exported, in_memory in zip(from_export, from_checkpoint):
             self.assertEqual(exported.classes, in_memory.classes)
             # A SavedModel against the same graph in memory: float32 rounding (see above).

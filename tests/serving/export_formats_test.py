@@ -1,8 +1,9 @@
-"""Export with --formats=saved_model,tflite,tflite_int8: the float TFLite model beside the
-SavedModel gives its logits, and with the preprocessing written without TensorFlow its top-1 on
-the demo's validation images; the int8 one, calibrated on the run's training images, agrees on
-top-1 within its measured bound; bad --formats values and a missing calibration set are one
-line."""
+"""Export with --formats=saved_model,tflite,tflite_int8,onnx: the float TFLite and ONNX models
+beside the SavedModel give its logits, and with the preprocessing written without TensorFlow
+its top-1 on the demo's validation images; the int8 one, calibrated on the run's training
+images, agrees on top-1 within its measured bound; a converter that fails names the op, and
+bad --formats values and a missing calibration set are one line. (classify_formats_test.py
+runs the files on their own runtimes.)"""
 
 import json
 import os
@@ -11,12 +12,16 @@ import sys
 import unittest
 
 import numpy as np
+import onnxruntime
 import tensorflow as tf
 from absl.testing import absltest
+
+from common import image_limits
 
 from inception.config import settings as settings_lib
 from inception.driver import launch
 from inception.serving import lite
+from inception.serving import model_files
 from inception.serving import numpy_preprocessing
 from inception.serving import saved_model
 from tests import testing_utils
@@ -24,6 +29,7 @@ from tests import testing_utils
 SIZE = 75
 STEPS = 30  # enough for logits of a sane size: an int8 model of a 3-step one is noise
 RUN = None
+tf1 = tf.compat.v1
 
 
 def setUpModule():
@@ -38,9 +44,14 @@ def setUpModule():
     export_dir = os.path.join(testing_utils.temp_dir("tflite_export"), "models")
     version_dir = saved_model.export_training_run(
         train_dir, export_dir, log=lambda line: None,
-        formats=("saved_model", "tflite", "tflite_int8"), calibration_count=20)
+        formats=("saved_model", "tflite", "tflite_int8", "onnx"), calibration_count=20)
     shards = sorted(tf.io.gfile.glob(os.path.join(data_dir, "validation-*")))
     RUN = {"version_dir": version_dir, "images_bytes": testing_utils.validation_bytes(shards)}
+
+
+def model_path(format_name):
+    """The model file of `format_name` in the test's export."""
+    return os.path.join(RUN["version_dir"], model_files.MODEL_FILES[format_name])
 
 
 def tflite_logits(model_path, images):
@@ -58,27 +69,31 @@ def tflite_logits(model_path, images):
     return np.stack(results)
 
 
-class TfliteExportTest(unittest.TestCase):
+class ExportedModelsTest(unittest.TestCase):
 
     def test_the_version_folder_holds_the_model_its_inputs_and_labels(self):
         names = set(os.listdir(RUN["version_dir"]))
-        self.assertLessEqual({"saved_model.pb", "variables", lite.TFLITE_FILE,
-                              lite.TFLITE_INT8_FILE, lite.INPUTS_FILE, lite.LABELS_FILE}, names)
-        with open(os.path.join(RUN["version_dir"], lite.INPUTS_FILE), encoding="utf-8") as file:
+        self.assertLessEqual({"saved_model.pb", "variables", "model.tflite", "model_int8.tflite",
+                              "model.onnx", "model_inputs.json", "labels.txt"}, names)
+        with open(os.path.join(RUN["version_dir"], model_files.INPUTS_FILE),
+                  encoding="utf-8") as file:
             inputs = json.load(file)
-        self.assertEqual(inputs["input"]["shape"], [1, SIZE, SIZE, 3])
+        self.assertEqual(inputs["input"]["shape"], ["batch", SIZE, SIZE, 3])
         self.assertEqual(inputs["preprocessing"]["central_fraction"], 0.875)
-        with open(os.path.join(RUN["version_dir"], lite.LABELS_FILE), encoding="utf-8") as file:
+        with open(os.path.join(RUN["version_dir"], model_files.LABELS_FILE),
+                  encoding="utf-8") as file:
             labels = file.read().splitlines()
         self.assertEqual(labels[0], "background")
         self.assertEqual(len(labels), inputs["output"]["classes"])
+        self.assertEqual(model_files.read(model_path("onnx")), model_files.ModelInputs(
+            SIZE, tuple(labels), top_k=5, max_pixels=image_limits.MAX_IMAGE_PIXELS))
 
     def test_its_logits_are_the_saved_models_on_the_same_images(self):
         images = np.stack([numpy_preprocessing.eval_image(data, SIZE)
                            for data in RUN["images_bytes"]])
         serve = tf.saved_model.load(RUN["version_dir"]).signatures["predict_images"]
         expected = serve(images=tf.constant(images))["logits"].numpy()
-        got = tflite_logits(os.path.join(RUN["version_dir"], lite.TFLITE_FILE), images)
+        got = tflite_logits(model_path("tflite"), images)
         # The same float32 graph, TFLite's kernels summing in another order than TensorFlow's:
         # measured 7e-7 of the largest logit (this 3-step model's logits reach 4e4), and 1e-6
         # of it on a trained demo model; hence 1e-5 of the largest logit.
@@ -89,13 +104,28 @@ class TfliteExportTest(unittest.TestCase):
         expected = serve(image_bytes=tf.constant(RUN["images_bytes"]))["classes"].numpy()[:, 0]
         images = np.stack([numpy_preprocessing.eval_image(data, SIZE)
                            for data in RUN["images_bytes"]])
-        got = tflite_logits(os.path.join(RUN["version_dir"], lite.TFLITE_FILE), images)
+        got = tflite_logits(model_path("tflite"), images)
         np.testing.assert_array_equal(np.argmax(got, axis=1), expected)
 
+    def test_the_onnx_models_logits_are_the_saved_models(self):
+        images = np.stack([numpy_preprocessing.eval_image(data, SIZE)
+                           for data in RUN["images_bytes"]])
+        serve = tf.saved_model.load(RUN["version_dir"]).signatures["predict_images"]
+        expected = serve(images=tf.constant(images))["logits"].numpy()
+        session = onnxruntime.InferenceSession(model_path("onnx"),
+                                               providers=["CPUExecutionProvider"])
+        self.assertEqual([node.name for node in session.get_inputs()], ["images"])
+        self.assertEqual([node.name for node in session.get_outputs()], ["logits"])
+        got = session.run(None, {"images": images})[0]  # all 60 in one batch
+        # The same float32 graph with the weights frozen, onnxruntime's kernels summing in
+        # their own order: measured 9e-7 of the largest logit on a trained demo model; as for
+        # TFLite, 1e-5 of the largest logit.
+        np.testing.assert_allclose(got, expected, atol=1e-5 * np.abs(expected).max())
+        np.testing.assert_array_equal(np.argmax(got, axis=1), np.argmax(expected, axis=1))
 
     def test_the_int8_model_is_a_quarter_of_the_size_and_agrees_on_top_1(self):
-        float_path = os.path.join(RUN["version_dir"], lite.TFLITE_FILE)
-        int8_path = os.path.join(RUN["version_dir"], lite.TFLITE_INT8_FILE)
+        float_path = model_path("tflite")
+        int8_path = model_path("tflite_int8")
         # A quarter of the weights' bytes, plus per-channel scales and the graph, which weigh
         # more in a model this small (measured 0.35 of the float model).
         self.assertLess(os.path.getsize(int8_path), 0.4 * os.path.getsize(float_path))
@@ -128,10 +158,42 @@ class CalibrationTest(unittest.TestCase):
 
     def test_a_missing_calibration_set_is_one_line(self):
         empty = testing_utils.temp_dir("no_shards")
-        with self.assertRaises(lite.ConversionError) as raised:
+        with self.assertRaises(model_files.ConversionError) as raised:
             lite.calibration_images(empty, 32, num_labels=5)
         self.assertIn(f"{empty} holds none (train-*)", str(raised.exception))
         self.assertNotIn("\n", str(raised.exception))
+
+
+def unconvertible_logits(images, settings):
+    """A tiny model ending in an op that neither TFLite nor ONNX holds (BesselI0e)."""
+    weights = tf1.get_variable("tiny/weights", [3, settings.num_classes],
+                               initializer=tf1.glorot_uniform_initializer(seed=3))
+    return tf.math.bessel_i0e(tf.matmul(tf.reduce_mean(images, axis=[1, 2]), weights))
+
+
+class ConverterFailureTest(unittest.TestCase):
+
+    def test_the_op_a_converter_cannot_hold_is_named_and_nothing_is_published(self):
+        model = settings_lib.ModelSettings(num_classes=4, image_size=16, depth_multiplier=1.0,
+                                           dataset="demo")
+        serving_graph = saved_model.build_serving_graph(model, logits_fn=unconvertible_logits)
+        checkpoint_path = os.path.join(testing_utils.temp_dir("unconvertible"), "model.ckpt-7")
+        with tf1.Session(graph=serving_graph.graph) as session:
+            session.run(tf1.variables_initializer(serving_graph.graph.get_collection(
+                tf1.GraphKeys.GLOBAL_VARIABLES)))
+            serving_graph.saver.save(session, checkpoint_path, write_meta_graph=False)
+        expected = {"tflite": "TFLite has no built-in kernel for the TensorFlow op BesselI0e",
+                    "onnx": "tf2onnx could not convert the TensorFlow op BesselI0e"}
+        for format_name, cause in expected.items():
+            export_dir = testing_utils.temp_dir("unconvertible_export")
+            with self.assertRaises(model_files.ConversionError) as raised:
+                saved_model.export_saved_model(
+                    checkpoint_path, settings_lib.TrainSettings(model=model), (), export_dir,
+                    logits_fn=unconvertible_logits, formats=("saved_model", format_name))
+            self.assertIn(cause, str(raised.exception))
+            self.assertIn(f"export without {format_name} in --formats", str(raised.exception))
+            self.assertNotIn("\n", str(raised.exception))
+            self.assertEqual(os.listdir(export_dir), [])  # no version, no partial one
 
 
 class FormatsFlagTest(unittest.TestCase):
@@ -147,7 +209,7 @@ class FormatsFlagTest(unittest.TestCase):
         self.assertEqual(done.returncode, 2)
         self.assertEqual(done.stderr.strip().splitlines(), [
             "error: unknown --formats value 'onnx_typo'; use a comma-separated list of "
-            "saved_model, tflite, tflite_int8."])
+            "saved_model, tflite, tflite_int8, onnx."])
 
     def test_formats_without_the_saved_model_are_refused(self):
         done = self.run_export("--formats=tflite")

@@ -46,13 +46,23 @@ VALIDATION = re.compile(r"Validation at step (\d+): precision @ 1 = ([0-9.]+)")
 LOSS = re.compile(r"step \d+, loss = ([0-9.]+|nan|inf)")
 
 
-def run_once(folder, train_dir, steps, seed, extra):
+def length_flags(length):
+    """The flags of a run's length: '400' is --max_steps=400, '30e' is --num_epochs=30; the run
+    is validated and checkpointed once, at its end."""
+    once = 10 ** 9  # a cadence no run reaches: only the end validates and saves
+    if length.endswith("e"):
+        return [f"--num_epochs={length[:-1]}", f"--eval_every_n_steps={once}",
+                f"--save_checkpoint_steps={once}"]
+    return [f"--max_steps={length}", f"--eval_every_n_steps={length}",
+            f"--save_checkpoint_steps={length}"]
+
+
+def run_once(folder, train_dir, length, seed, extra):
     """{precision_at_1, highest_loss, seconds} of one training run; exits on a failed run."""
     started = time.monotonic()
     done = subprocess.run(
         ["bin/bazel", "run", "//inception:train", "--", f"--data_dir={folder}",
-         f"--train_dir={train_dir}", *COMMON, f"--max_steps={steps}", f"--seed={seed}",
-         f"--eval_every_n_steps={steps}", f"--save_checkpoint_steps={steps}", *extra],
+         f"--train_dir={train_dir}", *COMMON, f"--seed={seed}", *length_flags(length), *extra],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
     seconds = time.monotonic() - started
     found = VALIDATION.findall(done.stdout)
@@ -81,9 +91,9 @@ def parse_configs(text):
 def table(runs):
     """The README's markdown table of `runs` (the JSON's list): one row per option, one column per
     data set and length, seeds side by side (highest mean_loss in brackets)."""
-    columns = [(dataset, steps) for steps in sorted({run["steps"] for run in runs})
+    columns = [(dataset, steps) for steps in sorted({run["steps"] for run in runs}, key=str)
                for dataset in dict.fromkeys(run["dataset"] for run in runs)]
-    lines = ["| option | " + " | ".join(f"{TITLES.get(dataset, dataset)}, {steps:,} steps"
+    lines = ["| option | " + " | ".join(f"{TITLES.get(dataset, dataset)}, {describe(steps)}"
                                         for dataset, steps in columns) + " |",
              "| --- |" + " --- |" * len(columns)]
     for config, flags in {run["config"]: run["flags"] for run in runs}.items():
@@ -97,6 +107,11 @@ def table(runs):
         title = f"`{' '.join(flags)}`" if flags else f"**the {config}**"
         lines.append(f"| {title} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def describe(length):
+    """'2,000 steps' or '30 epochs' for a run's length."""
+    return f"{length[:-1]} epochs" if isinstance(length, str) else f"{length:,} steps"
 
 
 def add_run(output_json, run):
@@ -123,7 +138,8 @@ def main():
     parser.add_argument("--datasets", default="mnist_5k,orl_faces")
     parser.add_argument("--configs", default=";".join(OPTIONS),
                         help="';'-separated: option names, or name=--flag --flag")
-    parser.add_argument("--steps", default="400")
+    parser.add_argument("--steps", default="400",
+                        help="comma-separated lengths: steps (400) or epochs (30e)")
     parser.add_argument("--seeds", default="1,2")
     parser.add_argument("--output_json", required=True)
     parser.add_argument("--resume", action="store_true", help="skip runs the JSON holds")
@@ -144,15 +160,15 @@ def main():
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True, check=False).stdout.strip() or "unknown"
     scratch = tempfile.mkdtemp(prefix="recipe_options_")
-    for steps in (int(value) for value in args.steps.split(",")):
+    for steps in (int(value) if value.isdigit() else value for value in args.steps.split(",")):
         for dataset in args.datasets.split(","):
             for name, extra in parse_configs(args.configs).items():
                 for seed in (int(value) for value in args.seeds.split(",")):
                     if (dataset, name, steps, seed) in done:
                         continue
                     train_dir = os.path.join(scratch, f"{dataset}-{name}-{steps}-{seed}")
-                    result = run_once(os.path.join(args.data_root, dataset), train_dir, steps,
-                                      seed, extra)
+                    result = run_once(os.path.join(args.data_root, dataset), train_dir,
+                                      str(steps), seed, extra)
                     add_run(args.output_json, dict(
                         dataset=dataset, config=name, flags=extra, steps=steps, seed=seed,
                         date=time.strftime("%Y-%m-%d"), **result, commit=commit,

@@ -53,6 +53,10 @@ flags.DEFINE_integer("batch_size", None, "Global batch size, split evenly across
                      f"(default: {recipe.describe_default('batch_size')}).")
 flags.DEFINE_integer("max_steps", None, "Train up to this global step (default: "
                      f"{recipe.describe_default('max_steps')}).")
+flags.DEFINE_float("num_epochs", None, "Instead of --max_steps: train this many passes over the "
+                   "training split's examples, counted in updates (ceil(epochs x examples / "
+                   "examples per update), accumulation included); logged at the start. Default: "
+                   "unset (--max_steps gives the length).")
 flags.DEFINE_integer("image_size", None, "Input height and width (default: "
                      f"{recipe.describe_default('image_size')}).")
 flags.DEFINE_float("depth_multiplier", None, "Scales every layer's channels (default: "
@@ -63,6 +67,22 @@ flags.DEFINE_float("num_epochs_per_decay", None, "Epochs between learning-rate d
                    f"(default: {recipe.describe_default('num_epochs_per_decay')}).")
 flags.DEFINE_float("learning_rate_decay_factor", recipe.LEARNING_RATE_DECAY_FACTOR,
                    "Learning-rate decay factor.")
+flags.DEFINE_enum("learning_rate_scaling", rules.DEFAULT_LEARNING_RATE_SCALING,
+                  rules.LEARNING_RATE_SCALINGS, "How --initial_learning_rate follows the "
+                  "examples of one update (--batch_size x --accumulate_steps, x the workers of "
+                  "a cluster): it is the rate for the recipe's base batch of "
+                  f"{recipe.BASE_BATCH_SIZE}, multiplied by their ratio (linear), its square "
+                  "root (sqrt), or kept (none; the default). The log prints the rate used.")
+flags.DEFINE_float("label_smoothing", recipe.LABEL_SMOOTHING, "Label smoothing of the "
+                   "cross-entropy's targets (0: none; default: the original's "
+                   f"{recipe.LABEL_SMOOTHING:g}).")
+flags.DEFINE_string("class_weight", "", "Weigh each class's training examples in the loss: "
+                    "'balanced' (n / (classes x n_c), counted from the training split), or a "
+                    "file of '<label> <weight>' lines (names from labels.txt or numbers; "
+                    "others weigh 1). Default: every example weighs 1.")
+flags.DEFINE_float("clip_gradient_norm", 0.0, "Clip the averaged gradients of each update to "
+                   "this global norm (after loss scaling is undone; default 0: no clipping). "
+                   "The log says how often it clipped; TensorBoard shows clipped_updates.")
 flags.DEFINE_integer("seed", None, "Seed of the initial weights, the input order and every random "
                      "draw of training (distortions, augmentation, mixing, dropout).")
 flags.DEFINE_bool("deterministic", False, "TensorFlow's op determinism: the same command writes "
@@ -207,6 +227,8 @@ def settings_from_flags(cluster=None):
     values = {name: FLAGS[rules.FLAG_NAMES.get(name, name)].value
               for name in settings_lib.flat_names() if name != "plan"}
     values.update({name: cli.user_path(values[name]) for name in PATH_SETTINGS})
+    if values["class_weight"] not in ("", "balanced"):
+        values["class_weight"] = cli.user_path(values["class_weight"])
     values["checkpoint_exclude_scopes"] = tuple(values["checkpoint_exclude_scopes"])
     values["plan"] = plans.plan_from_flags(tuple(FLAGS.trainable_scopes), FLAGS.stages,
                                            cli.user_path(FLAGS.training_plan), FLAGS.optimizer)

@@ -22,6 +22,8 @@ RMSPROP_MOMENTUM = 0.9
 RMSPROP_EPSILON = 1.0
 MOMENTUM = 0.9
 LEARNING_RATE_DECAY_FACTOR = 0.16  # per --num_epochs_per_decay, staircase
+# The examples of one update the default learning rates are for (--learning_rate_scaling).
+BASE_BATCH_SIZE = 32
 
 # Dynamic loss scaling of fp16 towers (parallel/loss_scaling.py): start high, halve on an
 # overflow, double after this many good steps (as Keras's LossScaleOptimizer does).
@@ -68,7 +70,7 @@ class TrainingDefaults:
 # ImageNet: the original's recipe (RMSProp, rate 0.1, its crops), tuned for 299 px, large
 # global batches and 100K+ steps.
 IMAGENET_DEFAULTS = TrainingDefaults(image_size=299, depth_multiplier=1.0, max_steps=10_000_000,
-                                     batch_size=32, initial_learning_rate=0.1,
+                                     batch_size=BASE_BATCH_SIZE, initial_learning_rate=0.1,
                                      num_epochs_per_decay=30.0)
 # A user's own (usually small) data set: Adam at 0.001, mild crops, no warm-up (it cost
 # precision with Adam on both data sets measured); the numbers are in the README
@@ -78,7 +80,7 @@ OWN_DATA_DEFAULTS = dataclasses.replace(IMAGENET_DEFAULTS, initial_learning_rate
 # Small enough to reach >90% precision@1 in a few minutes on a 2-core CPU; validated halfway
 # and at the end, so the bare command ends with its model's validation precision.
 DEMO_DEFAULTS = TrainingDefaults(image_size=128, depth_multiplier=0.25, max_steps=700,
-                                 batch_size=32, initial_learning_rate=0.02,
+                                 batch_size=BASE_BATCH_SIZE, initial_learning_rate=0.02,
                                  num_epochs_per_decay=30.0, crop=MILD_CROP,
                                  eval_every_n_steps=350)
 

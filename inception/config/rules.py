@@ -33,6 +33,10 @@ SAVED_MODEL_FORMAT = "saved_model"  # the version folder itself: every export wr
 EXPORT_FORMATS = (SAVED_MODEL_FORMAT, "tflite", "tflite_int8", "onnx")
 DEFAULT_CALIBRATION_IMAGES = 300  # tflite_int8: training images that calibrate it
 MAX_RANDAUGMENT_MAGNITUDE = 30  # RandAugment's scale: 10 is a full-strength op, as in timm
+# How the learning rate follows the examples of one update (--learning_rate_scaling): linear
+# (Goyal et al. 2017), sqrt (Krizhevsky 2014; Hoffer et al. 2017), or none.
+LEARNING_RATE_SCALINGS = ("none", "linear", "sqrt")
+DEFAULT_LEARNING_RATE_SCALING = "none"
 FLAG_NAMES = {"num_towers": "num_gpus", "num_labels": "num_classes"}  # the original's names
 
 
@@ -116,6 +120,15 @@ def _check_rates(settings):
     if not 0 < optimization.learning_rate_decay_factor <= 1:
         _fail("learning_rate_decay_factor", optimization.learning_rate_decay_factor,
               "must be in (0, 1] (1 keeps the rate constant)")
+    if not 0 <= optimization.label_smoothing < 1:
+        _fail("label_smoothing", optimization.label_smoothing,
+              "must be in [0, 1) (0: none; the recipe's 0.1 is the default)")
+    if not optimization.clip_gradient_norm >= 0:
+        _fail("clip_gradient_norm", optimization.clip_gradient_norm,
+              "must be positive, or 0 for no clipping")
+    epochs = settings.loop.num_epochs
+    if epochs is not None and not epochs > 0:
+        _fail("num_epochs", epochs, "must be positive (1 is one pass over the training split)")
 
 
 def _check_choices(settings):
@@ -128,6 +141,7 @@ def _check_choices(settings):
             (settings.data, "dataset", ("",) + DATASET_NAMES),
             (settings.optimization, "optimizer", (None,) + OPTIMIZERS),
             (settings.optimization, "learning_rate_schedule", SCHEDULES),
+            (settings.optimization, "learning_rate_scaling", LEARNING_RATE_SCALINGS),
             (settings.augmentation, "augment", AUGMENTS)):
         if getattr(section, name) not in allowed:
             _fail(name, getattr(section, name),
@@ -146,6 +160,11 @@ def check_model(section):
 
 
 def _check_paths(settings):
+    class_weight = settings.optimization.class_weight
+    if class_weight and class_weight != "balanced" and not files.is_url(class_weight) and \
+            not os.path.isfile(class_weight):
+        _fail("class_weight", class_weight, "is neither 'balanced' nor a file of '<label> "
+              "<weight>' lines")
     _must_be_directory("train_dir", settings.train_dir)
     _must_be_directory("export_best_dir", settings.validation.export_best_dir)
     _must_be_directory("data_dir", settings.data.data_dir, must_exist=True)
@@ -185,6 +204,9 @@ def _check_variable_update(devices, cluster):
 
 def _check_combinations(settings):
     init, validation = settings.init, settings.validation
+    if settings.loop.num_epochs is not None and settings.loop.max_steps is not None:
+        raise SettingsError(f"--num_epochs={settings.loop.num_epochs:g} and --max_steps="
+                            f"{settings.loop.max_steps} both set the run's length; pass one.")
     if validation.eval_every_n_steps == 0 and (
             validation.stop_after_evals_without_improvement or validation.export_best_dir):
         raise SettingsError("--stop_after_evals_without_improvement and --export_best_dir "
@@ -204,6 +226,19 @@ def _check_combinations(settings):
     if settings.cluster is not None and plan is not None and len(plan.stages) > 1:
         raise PlanError("distributed training runs one-stage plans only (--trainable_scopes "
                         "works); run each stage as its own run, one after the other.")
+
+
+def scaled_learning_rate(rate, scaling, examples_per_update, base_batch):
+    """`rate` (the rate for `base_batch` examples an update) for `examples_per_update`:
+    times their ratio (linear), its square root (sqrt), or as it is (none)."""
+    ratio = examples_per_update / base_batch
+    return rate * {"none": 1.0, "linear": ratio, "sqrt": ratio ** 0.5}[scaling]
+
+
+def epochs_to_steps(num_epochs, examples_per_epoch, examples_per_update):
+    """The updates `num_epochs` passes over `examples_per_epoch` examples take, the last one
+    whole: ceil(num_epochs x examples / examples per update), at least 1."""
+    return max(1, -(-round(num_epochs * examples_per_epoch) // examples_per_update))
 
 
 def export_formats(text):

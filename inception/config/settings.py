@@ -79,6 +79,11 @@ class OptimizationSettings:
     decay_steps = steps_per_epoch * num_epochs_per_decay; each is multiplied by
     min(1, (step + 1) / warmup_steps) while warming up (warmup_steps 0: none).
     accumulate_steps: micro-batches of the global batch whose gradients make one update.
+    learning_rate_scaling: how initial_learning_rate follows the examples of one update
+    against the recipe's base batch (rules.scaled_learning_rate); label_smoothing: of the
+    cross-entropy's targets; clip_gradient_norm: the largest global norm of the averaged
+    gradients of an update (0: no clipping); class_weight: '' (every example weighs 1),
+    'balanced', or a file of weights per label (inputs/label_weights.py).
     """
     plan: TrainingPlan = None
     optimizer: str = None
@@ -88,6 +93,10 @@ class OptimizationSettings:
     warmup_steps: int = None
     learning_rate_schedule: str = SCHEDULES[0]
     accumulate_steps: int = 1
+    learning_rate_scaling: str = rules.DEFAULT_LEARNING_RATE_SCALING
+    label_smoothing: float = recipe.LABEL_SMOOTHING
+    clip_gradient_norm: float = 0.0
+    class_weight: str = ""
 
     def decay_steps(self, steps_per_epoch):
         """Steps between learning-rate decays (at least 1)."""
@@ -146,9 +155,12 @@ class LoopSettings:
       checkpoint of this run and go on with the next batches, at most max_nan_rollbacks times.
     on_divergence: what a smoothed loss far above its start does: 'warn' (one line) or 'stop'.
     histograms: write gradient and variable histograms with the summaries (costly).
+    num_epochs: the run's length in passes over the training examples, instead of max_steps
+      (the run is resolved to the updates they take: driver/resolution.py).
     """
     train_dir: str = ""
     max_steps: int = None
+    num_epochs: float = None
     log_every_n_steps: int = 10
     save_summaries_steps: int = 20
     save_summaries_secs: float = 0

@@ -74,10 +74,11 @@ def graph_builder(run, replica, learning_rate=None):
                 examples_per_epoch=None if replica else run.examples_per_epoch)
         mixing_seed = pipeline.fresh_seed() if seed is None else seed
         return step_graph.build_train_graph(
-            input_batch, functools.partial(network.make_model_fn, settings.model,
-                                           compute_dtype=placement.compute_dtype,
-                                           augmentation=settings.augmentation,
-                                           seed=mixing_seed),
+            input_batch, functools.partial(
+                network.make_model_fn, settings.model, compute_dtype=placement.compute_dtype,
+                augmentation=settings.augmentation, seed=mixing_seed,
+                label_smoothing=settings.optimization.label_smoothing,
+                class_weights=run.class_weights),
             settings.optimization, placement.tower_devices, run.examples_per_epoch,
             histograms=settings.loop.histograms,
             wrap_optimizer=replica.wrap_optimizer if replica else None,

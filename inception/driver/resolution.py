@@ -9,7 +9,10 @@ contradicts them is an error.
 
 import dataclasses
 
+from inception.config import recipe
+from inception.config import rules
 from inception.config import settings as settings_lib
+from inception.inputs import label_weights
 from inception.inputs import datasets
 from inception.model.slim_compat import tf_slim as slim
 from inception.parallel import devices
@@ -29,6 +32,7 @@ class ResolvedRun:
     shards: list
     examples_per_epoch: int
     make_initializer: object
+    class_weights: tuple = None  # of each logit's examples in the loss; None: all 1
 
 
 DETERMINISTIC_SEED = 0  # --deterministic without --seed
@@ -44,7 +48,8 @@ def resolve_run(settings, log=print):
     stored = stored_run(settings.train_dir)
     dataset = resolve_dataset(settings.data, stored, log)
     filled = settings_lib.fill_defaults(settings, dataset.defaults)
-    optimization = filled.optimization
+    examples_per_epoch = dataset.num_examples(filled.data.subset, log)
+    per_update = examples_per_update(filled)
     seed = filled.data.seed
     if seed is None and filled.data.deterministic:
         seed = DETERMINISTIC_SEED
@@ -52,14 +57,49 @@ def resolve_run(settings, log=print):
         filled, data=dataclasses.replace(filled.data, data_dir=dataset.data_dir,
                                          dataset=dataset.name, seed=seed),
         model=resolve_model_settings(settings.model, filled.model, dataset, stored),
-        optimization=dataclasses.replace(optimization, plan=optimization.training_plan()),
+        optimization=resolve_optimization(filled.optimization, per_update, log),
         devices=dataclasses.replace(filled.devices, num_towers=placement.num_towers),
+        loop=resolve_length(filled.loop, examples_per_epoch, per_update, log),
     ).validate()  # every rule again, now on the numbers the machine and the data chose
+    shards = dataset.shards(resolved.data.subset)
     return ResolvedRun(
-        settings=resolved, dataset=dataset, placement=placement,
-        shards=dataset.shards(resolved.data.subset),
-        examples_per_epoch=dataset.num_examples(resolved.data.subset, log),
-        make_initializer=pretrained_initializer_factory(settings.init, log))
+        settings=resolved, dataset=dataset, placement=placement, shards=shards,
+        examples_per_epoch=examples_per_epoch,
+        make_initializer=pretrained_initializer_factory(settings.init, log),
+        class_weights=label_weights.resolve_class_weights(
+            resolved.optimization.class_weight, shards, dataset.label_names,
+            dataset.num_classes, log))
+
+
+def examples_per_update(settings):
+    """The examples one update averages: the global batch, times the micro-batches, times
+    the workers whose gradients a cluster's update aggregates."""
+    replicas = settings.cluster.replicas_to_aggregate if settings.cluster else 1
+    return settings.data.batch_size * settings.optimization.accumulate_steps * replicas
+
+
+def resolve_optimization(optimization, per_update, log):
+    """The optimization section with its plan, and the initial rate scaled to `per_update`
+    examples by its learning_rate_scaling (logged when that changes it)."""
+    base = optimization.initial_learning_rate
+    rate = rules.scaled_learning_rate(base, optimization.learning_rate_scaling, per_update,
+                                      recipe.BASE_BATCH_SIZE)
+    if optimization.learning_rate_scaling != "none":
+        log(f"learning rate {rate:.4g}: {base:g} for the base batch of "
+            f"{recipe.BASE_BATCH_SIZE} scaled to {per_update} examples per update "
+            f"(--learning_rate_scaling={optimization.learning_rate_scaling})")
+    return dataclasses.replace(optimization, plan=optimization.training_plan(),
+                               initial_learning_rate=rate)
+
+
+def resolve_length(loop, examples_per_epoch, per_update, log):
+    """The loop section with max_steps from num_epochs when that gives the length (logged)."""
+    if loop.num_epochs is None:
+        return loop
+    steps = rules.epochs_to_steps(loop.num_epochs, examples_per_epoch, per_update)
+    log(f"{loop.num_epochs:g} epochs = {steps} steps ({examples_per_epoch} training examples, "
+        f"{per_update} per update)")
+    return dataclasses.replace(loop, max_steps=steps, num_epochs=None)
 
 
 def stored_run(train_dir):

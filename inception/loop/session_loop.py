@@ -17,6 +17,7 @@ import tensorflow as tf
 from inception.config import tags
 from inception.loop import dashboard
 from inception.loop import guards
+from inception.loop import log_notes
 from inception.loop import replica as replica_lib
 from inception.loop import resume
 from inception.loop.cadence import LoopCadences
@@ -213,7 +214,8 @@ class _Loop:
     def _train(self, step, result):
         now = time.time()
         cadences = LoopCadences(self.settings, step, now)
-        saved_step, stage_index, corrupt, early = step, None, 0, False
+        saved_step, stage_index, early = step, None, False
+        notes = log_notes.LogNotes()
         action = ("saving a checkpoint after this step and stopping" if self.replica.is_chief
                   else "stopping after this step")
         with StopRequest(self.log, action) as stop:
@@ -227,7 +229,7 @@ class _Loop:
                     step, ended = self._step(step, stage_index, cadences, result)
                     if ended:
                         break
-                    corrupt = self._maybe_log(step, cadences, result, corrupt)
+                    self._maybe_log(step, cadences, result, notes)
                     validate = self.validation is not None and self.validation.due(step)
                     if cadences.checkpoint.check_and_mark(step, time.time()) or validate:
                         result.checkpoint, saved_step = self._save(step), step
@@ -300,11 +302,11 @@ class _Loop:
                 f"{guards.kept(healthy, set_aside)}.")
         self.log(timestamped(f"warning: {warning}"))
 
-    def _maybe_log(self, step, cadences, result, corrupt):
-        """The loss line when due; returns the damaged-record count reported so far."""
+    def _maybe_log(self, step, cadences, result, notes):
+        """The loss line when due, and the notes (log_notes.LogNotes) that follow it."""
         now = time.time()
         if not (cadences.log.check_and_mark(step, now) or step == self.settings.max_steps):
-            return corrupt
+            return
         steps_done = max(step - cadences.interval_step, 1)
         elapsed = max(now - cadences.interval_start, 1e-9)
         examples_per_sec = self.graph.examples_per_step * steps_done / elapsed
@@ -313,7 +315,7 @@ class _Loop:
                              f"{elapsed / steps_done:.3f} sec/batch)"))
         self._scalar(tags.EXAMPLES_PER_SEC, examples_per_sec, step)
         cadences.interval_start, cadences.interval_step = now, step
-        return _report_corrupt_records(self.session, self.graph, corrupt, self.log)
+        notes.report(self.session, self.graph, steps_done, self.log)
 
     def _scalar(self, tag, value, step):
         self.writer.add_summary(tf1.Summary(value=[tf1.Summary.Value(
@@ -389,12 +391,3 @@ class _Loop:
             resume.fill_copies(self.session, self.graph)
         self.unverified = None
         return healthy or "the weights this run started from"
-
-
-def _report_corrupt_records(session, graph, reported, log):
-    """Logs how many damaged input records were skipped when the count grew; returns it."""
-    count = int(session.run(graph.corrupt_records))
-    if count > reported:
-        log(f"note: {count} damaged input record(s) skipped so far (named above; "
-            f"{tags.CORRUPT_RECORDS} in TensorBoard; --strict_input stops instead).")
-    return count

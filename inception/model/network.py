@@ -106,33 +106,50 @@ def mask_dropout(inputs, keep_prob=0.5, noise_shape=None, is_training=True,
                                                 outputs)
 
 
-def classification_losses(logits, aux_logits, targets):
+def classification_losses(logits, aux_logits, targets, label_smoothing=recipe.LABEL_SMOOTHING,
+                          class_weights=None):
     """The data terms of the tower loss (regularization is added once by the towers).
 
     Args:
       logits, aux_logits: float32 [batch, num_classes]; aux_logits may be None.
       targets: float32 [batch, num_classes], each row summing to 1: the one-hot labels, or the
         mixed labels of Mixup/CutMix; label smoothing is applied here, once.
+      class_weights: float32 [num_classes] weights of each class's examples (an example of
+        mixed labels takes the mix of their weights), or None: all 1.
 
     Returns:
       {"cross_entropy": scalar, "aux_loss": scalar (when aux_logits exists)}; each term is a
-      mean over the batch and already carries its weight.
+      mean over the batch (of the weighted losses, as Keras's class_weight) and already
+      carries its weight.
     """
-    terms = {"cross_entropy": smoothed_cross_entropy(logits, targets, "cross_entropy")}
+    weights = example_weights(targets, class_weights)
+    terms = {"cross_entropy": smoothed_cross_entropy(logits, targets, "cross_entropy",
+                                                     label_smoothing, weights)}
     if aux_logits is not None:
-        aux = smoothed_cross_entropy(aux_logits, targets, "aux_loss")
+        aux = smoothed_cross_entropy(aux_logits, targets, "aux_loss", label_smoothing, weights)
         terms["aux_loss"] = recipe.AUX_LOSS_WEIGHT * aux
     return terms
 
 
-def smoothed_cross_entropy(logits, targets, name):
-    """Mean softmax cross-entropy with label smoothing 0.1, added to no collection."""
+def example_weights(targets, class_weights):
+    """float32 [batch]: each example's weight, its targets' mix of `class_weights`; 1.0 (a
+    scalar) without class weights."""
+    if class_weights is None:
+        return 1.0
+    return tf.linalg.matvec(targets, tf.constant(class_weights, tf.float32))
+
+
+def smoothed_cross_entropy(logits, targets, name, label_smoothing=recipe.LABEL_SMOOTHING,
+                           weights=1.0):
+    """Mean over the batch of the softmax cross-entropy with `label_smoothing`, each example's
+    times its weight in `weights` (a scalar or float32 [batch]); added to no collection."""
     return tf.compat.v1.losses.softmax_cross_entropy(
-        targets, logits, label_smoothing=recipe.LABEL_SMOOTHING, scope=name,
-        loss_collection=None)
+        targets, logits, weights=weights, label_smoothing=label_smoothing, scope=name,
+        loss_collection=None, reduction=tf.compat.v1.losses.Reduction.SUM_OVER_BATCH_SIZE)
 
 
-def make_model_fn(settings, batch_norm_decay, compute_dtype=None, augmentation=None, seed=0):
+def make_model_fn(settings, batch_norm_decay, compute_dtype=None, augmentation=None, seed=0,
+                  label_smoothing=recipe.LABEL_SMOOTHING, class_weights=None):
     """Returns `model_fn(images, labels) -> {term: scalar loss}` for towers.build_towers.
 
     compute_dtype: tf.bfloat16 / tf.float16 builds the network in that dtype with float32
@@ -140,6 +157,7 @@ def make_model_fn(settings, batch_norm_decay, compute_dtype=None, augmentation=N
     augmentation: settings.AugmentationSettings whose Mixup/CutMix mix each tower's batch
     (inputs/augment.py), drawn from `seed`, the global step and the tower's number; None: none.
     Dropout's masks are drawn statelessly from the same three, so a resumed run repeats them.
+    label_smoothing, class_weights: of the cross-entropy (classification_losses).
     """
     tower_numbers = itertools.count()
 
@@ -155,7 +173,12 @@ def make_model_fn(settings, batch_norm_decay, compute_dtype=None, augmentation=N
         logits = mixed_precision.to_float32(logits)
         tf.compat.v1.add_to_collection(tags.TRAIN_LOGITS, logits)
         tf.compat.v1.add_to_collection(tags.TRAIN_LABELS, labels)
-        return classification_losses(logits, mixed_precision.to_float32(aux_logits), targets)
+        if class_weights is not None:
+            tf.compat.v1.add_to_collection(
+                tags.TRAIN_WEIGHTS, example_weights(tf.one_hot(labels, settings.num_classes),
+                                                    class_weights))
+        return classification_losses(logits, mixed_precision.to_float32(aux_logits), targets,
+                                     label_smoothing, class_weights)
     return model_fn
 
 

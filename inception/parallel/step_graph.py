@@ -22,6 +22,7 @@ import tensorflow as tf
 from inception.config import plans
 from inception.config import recipe
 from inception.parallel import all_reduce as all_reduce_lib
+from inception.parallel import clipping
 from inception.parallel import copies as copies_lib
 from inception.parallel import gpu_prefetch
 from inception.parallel import loss_scaling
@@ -72,6 +73,8 @@ class TrainGraph:
     or restore; None with variables on one device.
     input_position: the examples trained on so far (pipeline.InputBatch.position; each step
     adds its own), or None when the input does not track it.
+    clipped_updates: with gradient clipping, the local int64 count of updates it clipped in
+    this process (clipping.py); None without.
     """
     global_step: tf.Variable
     plan: plans.TrainingPlan
@@ -84,6 +87,7 @@ class TrainGraph:
     loss_scaled: bool = False
     copy_to_replicas: tf.Operation = None
     input_position: tf.Variable = None
+    clipped_updates: tf.Variable = None
 
     @property
     def skipped_variables(self):
@@ -126,9 +130,7 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices,
       stage_inputs: copy each tower's input to its device a step ahead (gpu_prefetch.py; GPUs).
       learning_rate: a scalar float32 tensor every stage uses instead of its own rate (the
         range test feeds it); None: the schedules; max_steps: where a cosine one reaches zero.
-      all_reduce: all_reduce.AllReduceSpec: replicated variables (copies.py); None: the
-        variables on `variable_device` alone (parameter_server).
-
+      all_reduce: all_reduce.AllReduceSpec of replicated variables (copies.py), or None.
     Returns TrainGraph; raises plans.PlanError for a stage whose loss reaches no variable.
     """
     plan = optimization.training_plan().validate()
@@ -151,8 +153,9 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices,
     shared = _SharedParts(towers, regularization, schedule, bn_decay, global_step,
                           moving_average, _step_extras(towers, staged, input_batch),
                           input_batch, histograms, len(plan.stages) == 1, variable_device,
-                          wrap_optimizer, loss_scale,
-                          learning_rate is not None, plan, run_schedule, copies, reducer)
+                          wrap_optimizer, loss_scale, learning_rate is not None, plan,
+                          run_schedule, copies, reducer,
+                          clipping.counter_if(optimization.clip_gradient_norm, variable_device))
     stage_ops = [_build_stage(stage, index, shared) for index, stage in enumerate(plan.stages)]
     one_micro_batch_at_a_time(towers, stage_ops, len(tower_devices))
     return TrainGraph(global_step=global_step, plan=plan, stages=stage_ops,
@@ -161,7 +164,8 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices,
                       examples_per_step=examples_per_step, loss_scaled=loss_scale is not None,
                       input_fill=staged.put_op if staged else None,
                       input_position=input_batch.position,
-                      copy_to_replicas=copies.fill_op() if copies else None)
+                      copy_to_replicas=copies.fill_op() if copies else None,
+                      clipped_updates=shared.clipped_updates and shared.clipped_updates.counter)
 
 
 def _step_extras(towers, staged, input_batch):
@@ -278,6 +282,7 @@ class _SharedParts:
     run_schedule: schedules.Schedule = None
     copies: copies_lib.VariableCopies = None  # replicated variables; None: parameter_server
     reducer: all_reduce_lib.GradientReducer = None  # sums the copies' gradients
+    clipped_updates: clipping.ClippedUpdates = None  # None: no clipping
 
 
 def _build_stage(stage, index, shared):
@@ -303,12 +308,17 @@ def _build_stage(stage, index, shared):
             learning_rate = (shared.schedule if own is None or shared.rate_fed
                              else schedules.rate_tensor(own, shared.global_step))
             optimizer = optimizers_lib.make_optimizer(stage, learning_rate, shared.single_stage)
-            update_ops = _update_ops(optimizer, gradients.to_apply, shared)
-            train_op = tf.group(*update_ops, *shared.step_extras, name="train_op")
+            applied, extras, clipped_count = gradients, list(shared.step_extras), None
+            if shared.clipped_updates is not None:
+                clipped = clipping.clip_gradients(gradients, shared.clipped_updates)
+                applied, clipped_count = clipped.gradients, clipped.count
+                extras.append(clipped_count.op)
+            update_ops = _update_ops(optimizer, applied.to_apply, shared)
+            train_op = tf.group(*update_ops, *extras, name="train_op")
         summary_op = summaries.step_summaries(
             shared.towers, tower_totals, stage.loss_terms, index, mean_loss, learning_rate,
             gradients.grads_and_vars, shared.input_batch, shared.regularization,
-            shared.bn_decay, shared.loss_scale, shared.histograms)
+            shared.bn_decay, shared.loss_scale, shared.histograms, clipped_count)
     return StageOps(stage=stage, train_op=train_op, tower_losses=tower_losses,
                     tower_gradient_norms=gradients.tower_norms, mean_loss=mean_loss,
                     learning_rate=learning_rate, summary_op=summary_op,

@@ -20,25 +20,30 @@ def scalar_summary(tag, value):
 
 def _training_precision():
     """[the precision@1 summary of the training batches] when the model collected its logits
-    and labels (tags.TRAIN_LOGITS), else []. Built with the summaries, after every random op,
-    so the training's random streams do not depend on it."""
+    and labels (tags.TRAIN_LOGITS), else []; with class weights (tags.TRAIN_WEIGHTS) each
+    example counts by its weight, as in the loss. Built with the summaries, after every random
+    op, so the training's random streams do not depend on it."""
     logits, labels = tf1.get_collection(tags.TRAIN_LOGITS), tf1.get_collection(tags.TRAIN_LABELS)
     if not logits:
         return []
-    correct = [tf.reduce_mean(tf.cast(tf.math.in_top_k(tower_labels, tower_logits, 1),
-                                      tf.float32))
-               for tower_logits, tower_labels in zip(logits, labels)]
+    weights = tf1.get_collection(tags.TRAIN_WEIGHTS) or [None] * len(logits)
+    correct = []
+    for tower_logits, tower_labels, tower_weights in zip(logits, labels, weights):
+        hits = tf.cast(tf.math.in_top_k(tower_labels, tower_logits, 1), tf.float32)
+        correct.append(tf.reduce_mean(hits) if tower_weights is None else
+                       tf.reduce_sum(hits * tower_weights) / tf.reduce_sum(tower_weights))
     return [scalar_summary(tags.PRECISION_AT_1, tf.add_n(correct) / len(correct))]
 
 
 def step_summaries(towers, tower_totals, loss_terms, stage_index, mean_loss, learning_rate,
                    grads_and_vars, input_batch, regularization, bn_decay, loss_scale,
-                   histograms):
+                   histograms, clipped_updates=None):
     """TensorBoard summaries of one step of a stage, merged into one op (run only when due).
 
     Args: the stage's towers and each one's total loss, the loss terms it trains (empty: all),
     its index in the plan, the tensors to show (loss_scale: loss_scaling.LossScale or None), the
-    step's input batch, and whether to write histograms of every gradient and variable.
+    step's input batch, and whether to write histograms of every gradient and variable;
+    clipped_updates: the count of updates gradient clipping clipped (None: no clipping).
     """
     with tf.device(SUMMARY_DEVICE), tf.name_scope("summaries"):
         summaries = [scalar_summary(tags.MEAN_LOSS, mean_loss),
@@ -58,6 +63,8 @@ def step_summaries(towers, tower_totals, loss_terms, stage_index, mean_loss, lea
         summaries.extend(_training_precision())
         grads = [grad for grad, _ in grads_and_vars]
         summaries.append(scalar_summary(tags.GRADIENT_NORM, tf.linalg.global_norm(grads)))
+        if clipped_updates is not None:
+            summaries.append(scalar_summary(tags.CLIPPED_UPDATES, clipped_updates))
         trained = (tf1.get_collection(tags.TRAIN_IMAGES) or [input_batch.images])[0]
         if trained.shape.rank == 4 and trained.shape[-1] in (1, 3):
             shown = tf.image.convert_image_dtype((trained[:3] + 1.0) / 2.0, tf.uint8,

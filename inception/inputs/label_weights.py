@@ -1,0 +1,88 @@
+"""Weights of each class's examples in the training loss (--class_weight), for data whose
+classes are far from equal in size: `balanced` gives class c the weight n / (k x n_c) (n
+training examples, k classes, n_c of class c: Keras's class_weight and scikit-learn's
+"balanced"), counted from the training shards; a file gives them by label. The weights are a
+tuple over the logits (background first); a label without examples, and the background, keep
+1."""
+
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from inception.inputs.datasets import DataError
+
+BALANCED = "balanced"
+
+
+def label_counts(shards, num_classes):
+    """int64 [num_classes]: the records of each label in the TFRecord files `shards` (only the
+    labels are parsed)."""
+    records = tf.data.TFRecordDataset(shards).map(lambda record: tf.io.parse_single_example(
+        record, {"image/class/label": tf.io.FixedLenFeature([], tf.int64)})["image/class/label"])
+    counts = np.zeros(num_classes, np.int64)
+    with tf.init_scope():  # eager, even when called while a graph is being built
+        for batch in records.batch(4096):
+            counts += np.bincount(batch.numpy(), minlength=num_classes)[:num_classes]
+    return counts
+
+
+def balanced_weights(counts):
+    """n / (k x n_c) for each class c with examples (k of them, n in all); 1 for the others."""
+    counts = np.asarray(counts, np.float64)
+    present = counts > 0
+    weights = np.ones_like(counts)
+    weights[present] = counts.sum() / (present.sum() * counts[present])
+    return tuple(float(weight) for weight in weights)
+
+
+def weights_from_file(path, label_names, num_classes):
+    """The weights a file gives: one `<label> <weight>` per line (the label's name from
+    labels.txt, or its number; '#' starts a comment), 1 for a label it does not name; DataError
+    naming the line for a label the data set does not have or a weight that is not positive."""
+    weights = [1.0] * num_classes
+    numbers = {name: index + 1 for index, name in enumerate(label_names)}
+    try:
+        with tf.io.gfile.GFile(path) as handle:
+            lines = handle.read().splitlines()
+    except tf.errors.OpError as error:
+        raise DataError(f"cannot read --class_weight={path} ({error.message}); pass a file of "
+                        f"'<label> <weight>' lines or '{BALANCED}'.") from None
+    for number, line in enumerate(lines, 1):
+        text = line.split("#", 1)[0].strip()
+        if not text:
+            continue
+        label, _, value = text.rpartition(" ")
+        label = label.strip()
+        index = numbers.get(label, int(label) if label.isdigit() else None)
+        if index is None or not 1 <= index < num_classes:
+            known = (", ".join(label_names[:8]) + (", ..." if len(label_names) > 8 else "")
+                     if label_names else f"numbers 1 to {num_classes - 1}")
+            raise DataError(f"--class_weight={path} line {number} names the label {label!r}, "
+                            f"which the data set does not have (its labels: {known}).")
+        try:
+            weight = float(value)
+        except ValueError:
+            weight = -1.0
+        if not weight > 0:
+            raise DataError(f"--class_weight={path} line {number}: {value!r} is not a positive "
+                            "weight; write '<label> <weight>', e.g. 'cat 2.5'.")
+        weights[index] = weight
+    return tuple(weights)
+
+
+def resolve_class_weights(setting, shards, label_names, num_classes, log=print):
+    """The weights of --class_weight `setting` ('' : None, no weights), logged in one line."""
+    if not setting:
+        return None
+    if setting == BALANCED:
+        counts = label_counts(shards, num_classes)
+        weights = balanced_weights(counts)
+        source = f"balanced over {int((counts > 0).sum())} classes of the training split"
+    else:
+        weights = weights_from_file(os.path.expanduser(setting), label_names, num_classes)
+        source = setting
+    heaviest = int(np.argmax(weights[1:])) + 1
+    log(f"class weights ({source}): from {min(weights[1:]):.3g} to {max(weights[1:]):.3g} "
+        f"(label {label_names[heaviest - 1] if label_names else heaviest})")
+    return weights

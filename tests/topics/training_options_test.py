@@ -1,0 +1,202 @@
+"""The options of issue "what users reach for next": --num_epochs (the run's length in updates,
+with accumulation and after a resume), --learning_rate_scaling (the rate the rule gives, in the
+graph), --label_smoothing and --clip_gradient_norm (a norm at or below the bound, computed
+independently), and their one-line refusals."""
+
+import math
+import os
+import subprocess
+import sys
+import unittest
+
+import numpy as np
+import tensorflow as tf
+from absl.testing import absltest
+
+from inception.config import recipe
+from inception.config import rules
+from inception.config import settings as settings_lib
+from inception.driver import launch
+from inception.model import network
+from inception.parallel import clipping
+from inception.parallel import towers
+from tests import testing_utils
+
+tf1 = tf.compat.v1
+TRAIN_EXAMPLES = 24
+TINY = dict(image_size=75, depth_multiplier=0.1, batch_size=4, num_towers=2,
+            log_every_n_steps=1, save_summaries_steps=1, save_checkpoint_steps=100,
+            dataset="demo", eval_every_n_steps=0)
+DATA_DIR = None
+
+
+def setUpModule():
+    global DATA_DIR  # pylint: disable=global-statement
+    DATA_DIR = testing_utils.tiny_demo_data(train=TRAIN_EXAMPLES, validation=4)
+
+
+def tiny_run(train_dir, **overrides):
+    """launch.train on the tiny demo shards; (TrainResult, log lines)."""
+    values = dict(TINY, train_dir=train_dir, data_dir=DATA_DIR)
+    values.update(overrides)
+    lines = []
+    result = launch.train(settings_lib.train_settings(**values), log=lines.append)
+    return result, lines
+
+
+class EpochsTest(unittest.TestCase):
+
+    def test_one_epoch_is_the_updates_that_cover_the_training_split(self):
+        for accumulate, batch in ((1, 4), (2, 4), (1, 10)):
+            with self.subTest(accumulate=accumulate, batch=batch):
+                result, lines = tiny_run(testing_utils.temp_dir("one_epoch"), num_epochs=1.0,
+                                         accumulate_steps=accumulate, batch_size=batch)
+                expected = math.ceil(TRAIN_EXAMPLES / (batch * accumulate))
+                self.assertEqual(result.step, expected)
+                self.assertIn(f"1 epochs = {expected} steps ({TRAIN_EXAMPLES} training "
+                              f"examples, {batch * accumulate} per update)", lines)
+
+    def test_a_resumed_run_ends_where_the_epochs_say(self):
+        train_dir = testing_utils.temp_dir("epochs_resume")
+        first, _ = tiny_run(train_dir, num_epochs=0.5)  # 12 examples: 3 updates of 4
+        self.assertEqual(first.step, 3)
+        resumed, _ = tiny_run(train_dir, num_epochs=1.0)
+        self.assertEqual(resumed.step, 6)
+
+
+class LearningRateScalingTest(unittest.TestCase):
+
+    def test_the_rate_is_the_rule_for_the_examples_of_an_update(self):
+        base = 0.004
+        for scaling, batch, accumulate in (("linear", 8, 2), ("sqrt", 8, 2), ("none", 8, 1),
+                                           ("linear", 4, 1)):
+            with self.subTest(scaling=scaling, batch=batch, accumulate=accumulate):
+                train_dir = testing_utils.temp_dir("lr_scaling")
+                _, lines = tiny_run(train_dir, max_steps=1, batch_size=batch,
+                                    accumulate_steps=accumulate, initial_learning_rate=base,
+                                    learning_rate_scaling=scaling,
+                                    learning_rate_schedule="constant")
+                ratio = batch * accumulate / recipe.BASE_BATCH_SIZE
+                expected = base * {"linear": ratio, "sqrt": math.sqrt(ratio), "none": 1}[scaling]
+                rate = testing_utils.read_scalars(train_dir)["train/learning_rate"][-1][1]
+                # The graph's float32 rate against the rule in float64.
+                self.assertAlmostEqual(rate, expected, delta=1e-7 * expected)
+                logged = any(f"learning rate {expected:.4g}: " in line for line in lines)
+                self.assertEqual(logged, scaling != "none")
+
+
+class LabelSmoothingTest(unittest.TestCase):
+
+    def test_the_cross_entropy_takes_the_smoothing_and_the_class_weights(self):
+        logits = np.array([[2.0, -1.0, 0.5], [0.0, 1.0, 3.0]], np.float32)
+        targets = np.array([[1.0, 0.0, 0.0], [0.0, 0.3, 0.7]], np.float32)
+        weights = (1.0, 2.0, 0.5)
+        with tf.Graph().as_default(), tf1.Session() as session:
+            terms = session.run(network.classification_losses(
+                tf.constant(logits), None, tf.constant(targets), 0.3, weights))
+        smoothed = targets * 0.7 + 0.3 / 3
+        log_softmax = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+        per_example = -(smoothed * log_softmax).sum(axis=1)
+        example_weights = targets @ np.array(weights)  # a mixed example mixes its weights
+        # float32 log-softmax against float64: a few ulps of values near 1.
+        self.assertAlmostEqual(float(terms["cross_entropy"]),
+                               float((per_example * example_weights).mean()), places=5)
+
+
+class ClassWeightTest(unittest.TestCase):
+
+    def test_a_balanced_run_logs_its_weights_and_trains(self):
+        result, lines = tiny_run(testing_utils.temp_dir("balanced"), max_steps=2,
+                                 class_weight="balanced")
+        self.assertEqual(result.step, 2)
+        self.assertTrue(any(line.startswith("class weights (balanced over 5 classes of the "
+                                            "training split): from ") for line in lines), lines)
+
+
+class ClippingTest(unittest.TestCase):
+
+    def clip(self, grads, bound, copies=1):
+        """The clipped values (one list per copy) and the counter after one update."""
+        with tf.Graph().as_default(), tf1.Session() as session:
+            variables = [[tf1.get_variable(f"v{copy}_{i}", grad.shape)
+                          for i, grad in enumerate(grads)] for copy in range(copies)]
+            pairs = [(tf.constant(grad), variable)
+                     for copy_vars in variables for grad, variable in zip(grads, copy_vars)]
+            averaged = towers.AveragedGradients(pairs[:len(grads)], [],
+                                                every_copy=pairs if copies > 1 else ())
+            clipped_updates = clipping.counter_if(bound)
+            counter = clipped_updates.counter
+            clipped = clipping.clip_gradients(averaged, clipped_updates)
+            session.run(tf1.local_variables_initializer())
+            values = session.run([grad for grad, _ in clipped.gradients.to_apply])
+            session.run(clipped.count)
+            count = session.run(counter)
+        return [values[i:i + len(grads)] for i in range(0, len(values), len(grads))], count
+
+    def test_the_global_norm_ends_at_or_below_the_bound(self):
+        rng = np.random.default_rng(0)
+        grads = [rng.normal(size=(3, 4)).astype(np.float32),
+                 rng.normal(size=(5,)).astype(np.float32)]
+        norm = math.sqrt(sum(float((g.astype(np.float64) ** 2).sum()) for g in grads))
+        for copies in (1, 2):
+            clipped, count = self.clip(grads, norm / 4, copies)
+            self.assertEqual(count, 1)
+            for values in clipped:
+                clipped_norm = math.sqrt(sum(float((v.astype(np.float64) ** 2).sum())
+                                             for v in values))
+                # float32 scaling: the norm lands on the bound to a few ulps.
+                self.assertLessEqual(clipped_norm, norm / 4 * (1 + 1e-6))
+                for value, grad in zip(values, grads):  # the direction is kept
+                    np.testing.assert_allclose(value, grad / 4, rtol=1e-5)
+        unclipped, count = self.clip(grads, norm * 2)
+        self.assertEqual(count, 0)
+        for value, grad in zip(unclipped[0], grads):
+            np.testing.assert_array_equal(value, grad)
+
+    def test_a_run_logs_and_counts_its_clipped_updates(self):
+        train_dir = testing_utils.temp_dir("clipping_run")
+        result, lines = tiny_run(train_dir, max_steps=3, clip_gradient_norm=1e-6)
+        self.assertEqual(result.step, 3)
+        notes = [line for line in lines if "--clip_gradient_norm clipped" in line]
+        self.assertEqual(notes[0], "note: --clip_gradient_norm clipped 1 of the last 1 "
+                                   "update(s), 1 in this run (train/clipped_updates in "
+                                   "TensorBoard).")
+        self.assertEqual(len(notes), 3)
+        scalars = testing_utils.read_scalars(train_dir)
+        self.assertEqual([value for _, value in scalars["train/clipped_updates"]], [1, 2, 3])
+
+
+class RefusalsTest(unittest.TestCase):
+
+    def run_train(self, *flags):
+        return subprocess.run([sys.executable, "-m", "inception.train",
+                               "--train_dir=" + testing_utils.temp_dir("refused"), *flags],
+                              capture_output=True, text=True, check=False, timeout=120,
+                              env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+
+    def test_each_new_flag_is_refused_in_one_line_where_it_cannot_apply(self):
+        cases = {("--num_epochs=2", "--max_steps=100"): "both set the run's length; pass one",
+                 ("--num_epochs=0",): "must be positive",
+                 ("--label_smoothing=1",): "must be in [0, 1)",
+                 ("--clip_gradient_norm=-1",): "must be positive, or 0 for no clipping",
+                 ("--learning_rate_scaling=cubic",): "learning_rate_scaling",
+                 ("--class_weight=/no/weights.txt",): "is neither 'balanced' nor a file"}
+        for flags, message in cases.items():
+            with self.subTest(flags=flags):
+                done = self.run_train(*flags)
+                self.assertEqual(done.returncode, 2, done.stderr[-2000:])
+                errors = done.stderr.strip().splitlines()
+                self.assertEqual(len(errors), 1, done.stderr)
+                self.assertIn(message, errors[0])
+
+
+class RulesTest(unittest.TestCase):
+
+    def test_epochs_round_up_to_whole_updates(self):
+        self.assertEqual(rules.epochs_to_steps(1, 24, 5), 5)
+        self.assertEqual(rules.epochs_to_steps(2.5, 1000, 32), math.ceil(2500 / 32))
+        self.assertEqual(rules.epochs_to_steps(0.001, 10, 32), 1)
+
+
+if __name__ == "__main__":
+    absltest.main()

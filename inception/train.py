@@ -52,11 +52,14 @@ flags.DEFINE_integer("virtual_gpu_memory_mb", 0, "Allow more towers than GPUs by
 flags.DEFINE_integer("batch_size", None, "Global batch size, split evenly across towers "
                      f"(default: {recipe.describe_default('batch_size')}).")
 flags.DEFINE_integer("max_steps", None, "Train up to this global step (default: "
-                     f"{recipe.describe_default('max_steps')}).")
+                     f"{recipe.DEMO_DEFAULTS.max_steps} for the demo, "
+                     f"{recipe.IMAGENET_DEFAULTS.max_steps} for ImageNet; your own data "
+                     "trains --num_epochs).")
 flags.DEFINE_float("num_epochs", None, "Instead of --max_steps: train this many passes over the "
                    "training split's examples, counted in updates (ceil(epochs x examples / "
                    "examples per update), accumulation included); logged at the start. Default: "
-                   "unset (--max_steps gives the length).")
+                   f"{recipe.OWN_DATA_DEFAULTS.num_epochs:g} for your own data without "
+                   "--max_steps; the demo and ImageNet take --max_steps.")
 flags.DEFINE_integer("image_size", None, "Input height and width (default: "
                      f"{recipe.describe_default('image_size')}).")
 flags.DEFINE_float("depth_multiplier", None, "Scales every layer's channels (default: "

@@ -65,6 +65,7 @@ class TrainingDefaults:
     warmup_steps: int = 0
     optimizer: str = ORIGINAL_OPTIMIZER
     eval_every_n_steps: int = 0
+    num_epochs: float = None  # the length without --max_steps or --num_epochs; None: max_steps
 
 
 # ImageNet: the original's recipe (RMSProp, rate 0.1, its crops), tuned for 299 px, large
@@ -76,7 +77,7 @@ IMAGENET_DEFAULTS = TrainingDefaults(image_size=299, depth_multiplier=1.0, max_s
 # precision with Adam on both data sets measured); the numbers are in the README
 # ("Learning rate").
 OWN_DATA_DEFAULTS = dataclasses.replace(IMAGENET_DEFAULTS, initial_learning_rate=0.001,
-                                        crop=MILD_CROP, optimizer="adam")
+                                        crop=MILD_CROP, optimizer="adam", num_epochs=30.0)
 # Small enough to reach >90% precision@1 in a few minutes on a 2-core CPU; validated halfway
 # and at the end, so the bare command ends with its model's validation precision.
 DEMO_DEFAULTS = TrainingDefaults(image_size=128, depth_multiplier=0.25, max_steps=700,

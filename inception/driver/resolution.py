@@ -59,7 +59,7 @@ def resolve_run(settings, log=print):
         model=resolve_model_settings(settings.model, filled.model, dataset, stored),
         optimization=resolve_optimization(filled.optimization, per_update, log),
         devices=dataclasses.replace(filled.devices, num_towers=placement.num_towers),
-        loop=resolve_length(filled.loop, examples_per_epoch, per_update, log),
+        loop=resolve_length(settings.loop, filled.loop, examples_per_epoch, per_update, log),
     ).validate()  # every rule again, now on the numbers the machine and the data chose
     shards = dataset.shards(resolved.data.subset)
     return ResolvedRun(
@@ -92,8 +92,12 @@ def resolve_optimization(optimization, per_update, log):
                                initial_learning_rate=rate)
 
 
-def resolve_length(loop, examples_per_epoch, per_update, log):
-    """The loop section with max_steps from num_epochs when that gives the length (logged)."""
+def resolve_length(requested, loop, examples_per_epoch, per_update, log):
+    """The filled loop section `loop` with max_steps from num_epochs when that gives the
+    length (logged): --num_epochs, or the data set's default epochs unless `requested` (the
+    section as given) has max_steps."""
+    if requested.max_steps is not None:
+        loop = dataclasses.replace(loop, num_epochs=None)
     if loop.num_epochs is None:
         return loop
     steps = rules.epochs_to_steps(loop.num_epochs, examples_per_epoch, per_update)

@@ -17,6 +17,7 @@ from inception.config import recipe
 from inception.config import rules
 from inception.config import settings as settings_lib
 from inception.driver import launch
+from inception.driver import resolution
 from inception.model import network
 from inception.parallel import clipping
 from inception.parallel import towers
@@ -55,6 +56,17 @@ class EpochsTest(unittest.TestCase):
                 self.assertEqual(result.step, expected)
                 self.assertIn(f"1 epochs = {expected} steps ({TRAIN_EXAMPLES} training "
                               f"examples, {batch * accumulate} per update)", lines)
+
+    def test_own_data_without_a_length_takes_the_default_epochs(self):
+        def resolved_steps(**length):
+            settings = settings_lib.train_settings(**dict(
+                TINY, train_dir=testing_utils.temp_dir("own_data_length"), data_dir=DATA_DIR,
+                dataset="", **length))
+            return resolution.resolve_run(settings, log=lambda line: None).settings.loop.max_steps
+        epochs = recipe.OWN_DATA_DEFAULTS.num_epochs
+        self.assertEqual(resolved_steps(), math.ceil(epochs * TRAIN_EXAMPLES / 4))
+        self.assertEqual(resolved_steps(max_steps=7), 7)
+        self.assertEqual(resolved_steps(num_epochs=2.0), 12)
 
     def test_a_resumed_run_ends_where_the_epochs_say(self):
         train_dir = testing_utils.temp_dir("epochs_resume")

@@ -91,7 +91,9 @@ def parse_configs(text):
 def table(runs):
     """The README's markdown table of `runs` (the JSON's list): one row per option, one column per
     data set and length, seeds side by side (highest mean_loss in brackets)."""
-    columns = [(dataset, steps) for steps in sorted({run["steps"] for run in runs}, key=str)
+    columns = [(dataset, steps) for steps in sorted({run["steps"] for run in runs},
+                                                         key=lambda n: (isinstance(n, str),
+                                                                        int(str(n).rstrip("e"))))
                for dataset in dict.fromkeys(run["dataset"] for run in runs)]
     lines = ["| option | " + " | ".join(f"{TITLES.get(dataset, dataset)}, {describe(steps)}"
                                         for dataset, steps in columns) + " |",

@@ -75,7 +75,7 @@ flags.DEFINE_enum("learning_rate_scaling", rules.DEFAULT_LEARNING_RATE_SCALING,
                   "examples of one update (--batch_size x --accumulate_steps, x the workers of "
                   "a cluster): it is the rate for the recipe's base batch of "
                   f"{recipe.BASE_BATCH_SIZE}, multiplied by their ratio (linear), its square "
-                  "root (sqrt), or kept (none; the default). The log prints the rate used.")
+                  "root (sqrt, the default), or kept (none). The log prints the rate used.")
 flags.DEFINE_float("label_smoothing", recipe.LABEL_SMOOTHING, "Label smoothing of the "
                    "cross-entropy's targets (0: none; default: the original's "
                    f"{recipe.LABEL_SMOOTHING:g}).")

@@ -134,6 +134,7 @@ class DivergenceTest(unittest.TestCase):
                       dataset="demo", eval_every_n_steps=0, image_size=75, depth_multiplier=0.1,
                       batch_size=4,
                       num_towers=2, max_steps=30, initial_learning_rate=1.0, warmup_steps=0,
+                      learning_rate_scaling="none",
                       seed=1, save_checkpoint_steps=0, on_nan="stop")
         values.update(overrides)
         return settings_lib.train_settings(**values)

@@ -7,49 +7,25 @@ line."""
 import json
 import os
 import shutil
-import subprocess
-import sys
 import unittest
 
 import numpy as np
 from absl.testing import absltest
 
-from inception.config import settings as settings_lib
-from inception.driver import launch
 from inception.serving import model_files
-from inception.serving import saved_model
 from tests import testing_utils
+from tests.serving import exported_models
 
-SIZE = 75
-STEPS = 30  # as in export_formats_test: logits of a sane size for the int8 model
 IMAGES = 12
-FORMATS = ("tflite", "tflite_int8", "onnx")
-# Runs a module as classify's binary runs, with `import tensorflow` failing.
-WITHOUT_TENSORFLOW = """
-import runpy, sys
-sys.modules["tensorflow"] = None
-sys.argv = sys.argv[1:]
-runpy.run_module(sys.argv[0], run_name="__main__")
-"""
+FORMATS = exported_models.MODEL_FORMATS
 RUN = {}
 
 
 def setUpModule():
-    data_dir = testing_utils.tiny_demo_data(train=24, validation=IMAGES)
-    train_dir = testing_utils.temp_dir("classify_formats_train")
-    launch.train(settings_lib.train_settings(
-        train_dir=train_dir, data_dir=data_dir, dataset="demo", eval_every_n_steps=0,
-        max_steps=STEPS, image_size=SIZE, depth_multiplier=0.1, batch_size=4, num_towers=1,
-        seed=1),
-        log=lambda line: None)
-    export_dir = os.path.join(testing_utils.temp_dir("classify_formats_export"), "models")
-    RUN["version_dir"] = saved_model.export_training_run(
-        train_dir, export_dir, log=lambda line: None, formats=("saved_model",) + FORMATS,
-        calibration_count=20)
+    RUN["version_dir"], images_bytes = exported_models.trained_export("classify_formats",
+                                                                      IMAGES)
     RUN["folder"] = testing_utils.temp_dir("classify_formats_images")
-    shards = sorted(os.path.join(data_dir, name) for name in os.listdir(data_dir)
-                    if name.startswith("validation-"))
-    for index, data in enumerate(testing_utils.validation_bytes(shards)):
+    for index, data in enumerate(images_bytes):
         with open(os.path.join(RUN["folder"], f"image{index:02d}.jpg"), "wb") as handle:
             handle.write(data)
     with open(os.path.join(RUN["folder"], "image05b.jpg"), "w", encoding="utf-8") as handle:
@@ -58,11 +34,8 @@ def setUpModule():
 
 def run_classify(model, without_tensorflow, *arguments):
     """The classify binary on `model` and `arguments`; the completed process."""
-    start = [sys.executable, "-c", WITHOUT_TENSORFLOW] if without_tensorflow else \
-        [sys.executable, "-m"]
-    return subprocess.run(start + ["inception.classify", f"--model={model}", *arguments],
-                          capture_output=True, text=True, timeout=300, check=False,
-                          env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    return exported_models.run_module("inception.classify", f"--model={model}", *arguments,
+                                      without_tensorflow=without_tensorflow)
 
 
 def json_lines(model, without_tensorflow):

@@ -19,34 +19,22 @@ from absl.testing import absltest
 from common import image_limits
 
 from inception.config import settings as settings_lib
-from inception.driver import launch
 from inception.serving import lite
 from inception.serving import model_files
 from inception.serving import numpy_preprocessing
 from inception.serving import saved_model
 from tests import testing_utils
+from tests.serving import exported_models
 
-SIZE = 75
-STEPS = 30  # enough for logits of a sane size: an int8 model of a 3-step one is noise
+SIZE = exported_models.SIZE
 RUN = None
 tf1 = tf.compat.v1
 
 
 def setUpModule():
     global RUN  # pylint: disable=global-statement
-    data_dir = testing_utils.tiny_demo_data(train=24, validation=60)
-    train_dir = testing_utils.temp_dir("tflite_train")
-    launch.train(settings_lib.train_settings(
-        train_dir=train_dir, data_dir=data_dir, dataset="demo", eval_every_n_steps=0,
-        max_steps=STEPS, image_size=SIZE, depth_multiplier=0.1, batch_size=4, num_towers=1,
-        seed=1),
-        log=lambda line: None)
-    export_dir = os.path.join(testing_utils.temp_dir("tflite_export"), "models")
-    version_dir = saved_model.export_training_run(
-        train_dir, export_dir, log=lambda line: None,
-        formats=("saved_model", "tflite", "tflite_int8", "onnx"), calibration_count=20)
-    shards = sorted(tf.io.gfile.glob(os.path.join(data_dir, "validation-*")))
-    RUN = {"version_dir": version_dir, "images_bytes": testing_utils.validation_bytes(shards)}
+    version_dir, images_bytes = exported_models.trained_export("export_formats", 60)
+    RUN = {"version_dir": version_dir, "images_bytes": images_bytes}
 
 
 def model_path(format_name):

@@ -6,8 +6,6 @@ import io
 import os
 import resource
 import struct
-import subprocess
-import sys
 import unittest
 import zlib
 
@@ -25,6 +23,7 @@ from inception.serving import predictions
 from inception.serving import tf_models
 from inception.serving import saved_model
 from tests import testing_utils
+from tests.serving import exported_models
 
 tf1 = tf.compat.v1
 FORMATS = ("JPEG", "PNG", "GIF", "BMP")
@@ -312,14 +311,6 @@ class ClassifyTest(unittest.TestCase):
             100, 120, 9999, image_limits.EXPORT_LIMIT_FLAG))
 
 
-WITHOUT_TENSORFLOW = """
-import runpy, sys
-sys.modules["tensorflow"] = None  # importing it fails: the flags are checked before
-sys.argv = sys.argv[1:]
-runpy.run_module(sys.argv[0], run_name="__main__")
-"""
-
-
 class FlagsTest(unittest.TestCase):
 
     def test_a_bad_limit_is_one_line_and_exit_2_before_tensorflow_loads(self):
@@ -328,10 +319,9 @@ class FlagsTest(unittest.TestCase):
                     ["inception.export", "--export_dir=/tmp/no_export",
                      "--max_image_pixels=-5"]]
         for command in commands:
-            completed = subprocess.run(
-                [sys.executable, "-c", WITHOUT_TENSORFLOW] + command, capture_output=True,
-                text=True, timeout=120, check=False,
-                env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+            # importing TensorFlow fails: the flags are checked before it loads
+            completed = exported_models.run_module(*command, without_tensorflow=True,
+                                                   timeout=120)
             self.assertEqual(completed.returncode, 2, completed.stderr[-2000:])
             lines = completed.stderr.strip().splitlines()
             self.assertEqual(len(lines), 1, completed.stderr)

@@ -16,21 +16,19 @@ class ImageError(ValueError):
     """One image cannot be classified (not an image, too large); the message is one line."""
 
 
+def _read_local(path):
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
 @dataclasses.dataclass(frozen=True)
 class FileSystem:
     """The file operations classifying needs: local files by default; serving/tf_models.py has
-    TensorFlow's, which also reach URLs."""
+    TensorFlow's, which also reach URLs. read(path) -> bytes raises OSError."""
     isdir: object = os.path.isdir
     exists: object = os.path.exists
     walk: object = os.walk
-    read_bytes: object = None  # callable(path) -> bytes, raising OSError
-
-    def read(self, path):
-        """The bytes of the file `path`; OSError when it cannot be read."""
-        if self.read_bytes is not None:
-            return self.read_bytes(path)
-        with open(path, "rb") as handle:
-            return handle.read()
+    read: object = _read_local
 
 
 LOCAL_FILES = FileSystem()

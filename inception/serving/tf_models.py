@@ -32,7 +32,7 @@ def _read_bytes(path):
 
 # TensorFlow's file system: image files may also be URLs (gs://...) on this path.
 GFILE_FILES = predictions.FileSystem(isdir=tf.io.gfile.isdir, exists=tf.io.gfile.exists,
-                                     walk=tf.io.gfile.walk, read_bytes=_read_bytes)
+                                     walk=tf.io.gfile.walk, read=_read_bytes)
 
 
 def saved_model_version(path):

@@ -88,6 +88,9 @@ def build_eval_graph(shards, settings, batch_size, max_examples=0, strict=False,
     logits_fn = logits_fn or (lambda images, s: network.inception_logits(images, s, False)[0])
     graph = tf.Graph()
     with graph.as_default():
+        # The variables are restored, never initialized; a graph seed keeps op determinism
+        # (--deterministic, on during training's validations) from refusing their initializers.
+        tf1.set_random_seed(0)
         with tf.device("/cpu:0"):
             batch = pipeline.build_eval_input(shards, batch_size, settings.image_size,
                                               settings.num_classes, strict=strict,

@@ -114,7 +114,16 @@ flags.DEFINE_integer("all_reduce_buffers", rules.DEFAULT_ALL_REDUCE_BUFFERS,
 flags.DEFINE_bool("xla", False, "Compile the step with XLA auto-clustering (fuses batch norm, "
                   "ReLU and friends; slower on this project's CPU, see README, Benchmarks).")
 flags.DEFINE_bool("strict_input", False, "Stop on a damaged image instead of skipping it.")
+flags.DEFINE_bool("balanced_sampling", False, "Resample the training split toward equal "
+                  "classes: each record is drawn n / (classes x n_c) times an epoch on average "
+                  "(rare classes repeated, common ones thinned), epochs keeping their length. "
+                  "Default: off, each record once an epoch. Not with --class_weight=balanced.")
 flags.DEFINE_bool("histograms", False, "Write gradient and variable histograms (costly).")
+flags.DEFINE_list("profile_steps", [], "Trace these steps of the run with TensorFlow's profiler, "
+                  "e.g. 20,25 (first,last; one number: that step) into <train_dir>/plugins/"
+                  "profile, for TensorBoard's Profile tab: trace viewer, op statistics, and "
+                  "whether the input is the bottleneck (README, Profiling). Default: none; "
+                  "other steps run as without it. On a cluster the chief traces.")
 flags.DEFINE_integer("log_every_n_steps", 10, "Log a loss line every this many steps.")
 flags.DEFINE_integer("save_summaries_steps", 20, "Write summaries every this many steps (0: off).")
 flags.DEFINE_float("save_summaries_secs", 0, "Also write summaries every this many seconds.")
@@ -233,9 +242,22 @@ def settings_from_flags(cluster=None):
     if values["class_weight"] not in ("", "balanced"):
         values["class_weight"] = cli.user_path(values["class_weight"])
     values["checkpoint_exclude_scopes"] = tuple(values["checkpoint_exclude_scopes"])
+    values["profile_steps"] = profile_window(values["profile_steps"])
     values["plan"] = plans.plan_from_flags(tuple(FLAGS.trainable_scopes), FLAGS.stages,
                                            cli.user_path(FLAGS.training_plan), FLAGS.optimizer)
     return settings_lib.train_settings(cluster=cluster, **values)
+
+
+def profile_window(words):
+    """(first, last) from --profile_steps' one or two numbers; () when it is empty."""
+    try:
+        steps = tuple(int(word) for word in words)
+    except ValueError:
+        steps = ()
+    if words and len(steps) not in (1, 2):
+        raise ValueError(f"--profile_steps={','.join(words)} takes a first and a last step, "
+                         "e.g. --profile_steps=20,25, or one step.")
+    return (steps[0], steps[-1]) if steps else ()
 
 
 def print_next_steps(train_dir, result):

@@ -204,6 +204,10 @@ def _check_variable_update(devices, cluster):
 
 def _check_combinations(settings):
     init, validation = settings.init, settings.validation
+    check_profile_steps(settings.loop.profile_steps, settings.loop.max_steps)
+    if settings.data.balanced_sampling and settings.optimization.class_weight == "balanced":
+        raise SettingsError("--balanced_sampling and --class_weight=balanced each even out the "
+                            "classes, and together they overcorrect; pass one.")
     if settings.loop.num_epochs is not None and settings.loop.max_steps is not None:
         raise SettingsError(f"--num_epochs={settings.loop.num_epochs:g} and --max_steps="
                             f"{settings.loop.max_steps} both set the run's length; pass one.")
@@ -226,6 +230,26 @@ def _check_combinations(settings):
     if settings.cluster is not None and plan is not None and len(plan.stages) > 1:
         raise PlanError("distributed training runs one-stage plans only (--trainable_scopes "
                         "works); run each stage as its own run, one after the other.")
+
+
+def check_profile_steps(steps, max_steps, resumed_step=0):
+    """Raises SettingsError unless `steps` (first, last) lie in the run: after
+    `resumed_step` (where a resumed run goes on from) and up to `max_steps` (None: not yet
+    known); empty `steps` trace nothing."""
+    if not steps:
+        return
+    first, last = steps
+    flag = f"--profile_steps={first},{last}"
+    if not 1 <= first <= last:
+        raise SettingsError(f"{flag} must name a first and a last step with 1 <= first <= "
+                            "last, e.g. --profile_steps=20,25 (a few steps after the start).")
+    if max_steps is not None and last > max_steps:
+        raise SettingsError(f"{flag} goes past the run's end at step {max_steps}; trace "
+                            f"steps up to {max_steps}.")
+    if first <= resumed_step:
+        raise SettingsError(f"{flag} starts before this run: it resumes from step "
+                            f"{resumed_step}; trace later steps (e.g. --profile_steps="
+                            f"{resumed_step + 10},{resumed_step + 15}) or leave the flag out.")
 
 
 def scaled_learning_rate(rate, scaling, examples_per_update, base_batch):

@@ -32,7 +32,8 @@ class DataSettings:
     deterministic: TensorFlow's op determinism, seed 0 when none is given (the same command
     then writes bit-identical checkpoints on the same machine); validation_fraction: of each
     label's images, for a folder of label folders (data/
-    folder_cache.py)."""
+    folder_cache.py); balanced_sampling: draw each training record as often as its class's
+    balanced weight says (inputs/pipeline.py), so that the classes come about equally."""
     data_dir: str = ""
     dataset: str = ""
     num_labels: int = None
@@ -42,6 +43,7 @@ class DataSettings:
     deterministic: bool = False
     strict_input: bool = False
     validation_fraction: float = 0.0
+    balanced_sampling: bool = False
 
 
 def _resolved(default=None):
@@ -157,6 +159,8 @@ class LoopSettings:
     histograms: write gradient and variable histograms with the summaries (costly).
     num_epochs: the run's length in passes over the training examples, instead of max_steps
       (the run is resolved to the updates they take: driver/resolution.py).
+    profile_steps: (first, last) steps traced by TensorFlow's profiler into
+      <train_dir>/plugins/profile (loop/profiling.py); empty: none.
     """
     train_dir: str = ""
     max_steps: int = None
@@ -172,6 +176,7 @@ class LoopSettings:
     max_nan_rollbacks: int = 3
     on_divergence: str = "warn"
     histograms: bool = False
+    profile_steps: tuple = ()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -71,7 +71,8 @@ def graph_builder(run, replica, learning_rate=None):
                 strict=data.strict_input, crop=run.dataset.defaults.crop,
                 augmentation=settings.augmentation,
                 # One process's position: a cluster's workers each read their own stream.
-                examples_per_epoch=None if replica else run.examples_per_epoch)
+                examples_per_epoch=None if replica else run.examples_per_epoch,
+                sampling_weights=run.sampling_weights)
         mixing_seed = pipeline.fresh_seed() if seed is None else seed
         return step_graph.build_train_graph(
             input_batch, functools.partial(

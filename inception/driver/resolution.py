@@ -33,6 +33,7 @@ class ResolvedRun:
     examples_per_epoch: int
     make_initializer: object
     class_weights: tuple = None  # of each logit's examples in the loss; None: all 1
+    sampling_weights: tuple = None  # each label's draws per epoch (--balanced_sampling)
 
 
 DETERMINISTIC_SEED = 0  # --deterministic without --seed
@@ -61,14 +62,18 @@ def resolve_run(settings, log=print):
         devices=dataclasses.replace(filled.devices, num_towers=placement.num_towers),
         loop=resolve_length(settings.loop, filled.loop, examples_per_epoch, per_update, log),
     ).validate()  # every rule again, now on the numbers the machine and the data chose
+    newest = RunDirectory(settings.train_dir).newest()
+    rules.check_profile_steps(resolved.loop.profile_steps, resolved.loop.max_steps,
+                              checkpoint_io.step_of(newest) if newest else 0)
     shards = dataset.shards(resolved.data.subset)
+    class_weights, sampling_weights = label_weights.resolve_weights(
+        resolved.optimization.class_weight, resolved.data.balanced_sampling, shards,
+        dataset.label_names, dataset.num_classes, log)
     return ResolvedRun(
         settings=resolved, dataset=dataset, placement=placement, shards=shards,
         examples_per_epoch=examples_per_epoch,
         make_initializer=pretrained_initializer_factory(settings.init, log),
-        class_weights=label_weights.resolve_class_weights(
-            resolved.optimization.class_weight, shards, dataset.label_names,
-            dataset.num_classes, log))
+        class_weights=class_weights, sampling_weights=sampling_weights)
 
 
 def examples_per_update(settings):

@@ -3,13 +3,15 @@ classes are far from equal in size: `balanced` gives class c the weight n / (k x
 training examples, k classes, n_c of class c: Keras's class_weight and scikit-learn's
 "balanced"), counted from the training shards; a file gives them by label. The weights are a
 tuple over the logits (background first); a label without examples, and the background, keep
-1."""
+1. --balanced_sampling draws each record as often as the balanced weight says instead
+(inputs/pipeline.py)."""
 
 import os
 
 import numpy as np
 import tensorflow as tf
 
+from inception.inputs import pipeline
 from inception.inputs.datasets import DataError
 
 BALANCED = "balanced"
@@ -18,8 +20,7 @@ BALANCED = "balanced"
 def label_counts(shards, num_classes):
     """int64 [num_classes]: the records of each label in the TFRecord files `shards` (only the
     labels are parsed)."""
-    records = tf.data.TFRecordDataset(shards).map(lambda record: tf.io.parse_single_example(
-        record, {"image/class/label": tf.io.FixedLenFeature([], tf.int64)})["image/class/label"])
+    records = tf.data.TFRecordDataset(shards).map(pipeline.record_label)
     counts = np.zeros(num_classes, np.int64)
     with tf.init_scope():  # eager, even when called while a graph is being built
         for batch in records.batch(4096):
@@ -71,18 +72,32 @@ def weights_from_file(path, label_names, num_classes):
     return tuple(weights)
 
 
-def resolve_class_weights(setting, shards, label_names, num_classes, log=print):
-    """The weights of --class_weight `setting` ('' : None, no weights), logged in one line."""
-    if not setting:
-        return None
-    if setting == BALANCED:
-        counts = label_counts(shards, num_classes)
-        weights = balanced_weights(counts)
-        source = f"balanced over {int((counts > 0).sum())} classes of the training split"
-    else:
-        weights = weights_from_file(os.path.expanduser(setting), label_names, num_classes)
-        source = setting
+def resolve_weights(class_weight, balanced_sampling, shards, label_names, num_classes,
+                    log=print):
+    """(the loss's class weights of --class_weight `class_weight`, or None: all 1; the input's
+    sampling weights with `balanced_sampling`, or None), each logged in one line; the
+    training split's labels are counted once, when either needs them."""
+    counts = (label_counts(shards, num_classes)
+              if class_weight == BALANCED or balanced_sampling else None)
+    present = f"{int((counts > 0).sum())} classes of the training split" \
+        if counts is not None else ""
+    class_weights = sampling_weights = None
+    if class_weight == BALANCED:
+        class_weights = balanced_weights(counts)
+        log(f"class weights (balanced over {present}): {_spread(class_weights, label_names)}")
+    elif class_weight:
+        class_weights = weights_from_file(os.path.expanduser(class_weight), label_names,
+                                          num_classes)
+        log(f"class weights ({class_weight}): {_spread(class_weights, label_names)}")
+    if balanced_sampling:
+        sampling_weights = balanced_weights(counts)
+        log(f"balanced sampling over {present}: each record drawn, on average per epoch, "
+            f"{_spread(sampling_weights, label_names)} times")
+    return class_weights, sampling_weights
+
+
+def _spread(weights, label_names):
+    """'from <least> to <most> (label <the most's>)', the background left out."""
     heaviest = int(np.argmax(weights[1:])) + 1
-    log(f"class weights ({source}): from {min(weights[1:]):.3g} to {max(weights[1:]):.3g} "
-        f"(label {label_names[heaviest - 1] if label_names else heaviest})")
-    return weights
+    return (f"from {min(weights[1:]):.3g} to {max(weights[1:]):.3g} "
+            f"(label {label_names[heaviest - 1] if label_names else heaviest})")

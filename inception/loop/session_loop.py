@@ -18,6 +18,7 @@ from inception.config import tags
 from inception.loop import dashboard
 from inception.loop import guards
 from inception.loop import log_notes
+from inception.loop import profiling
 from inception.loop import replica as replica_lib
 from inception.loop import resume
 from inception.loop.cadence import LoopCadences
@@ -193,6 +194,8 @@ class _Loop:
         self.resumed_from = None  # the checkpoint this run started from
         self.unverified = None  # the newest checkpoint whose first step has not run yet
         self.last_loss = self.last_norm = float("nan")
+        self.profiler = profiling.StepProfiler(
+            settings.profile_steps if replica.is_chief else None, settings.train_dir, log)
 
     def run(self, step, checkpoint):
         """Trains from `step` to settings.max_steps (or a stop request); returns TrainResult."""
@@ -209,6 +212,7 @@ class _Loop:
         try:
             return self._train(step, TrainResult(step=step, checkpoint=checkpoint))
         finally:
+            self.profiler.stop()
             self.writer.close()
 
     def _train(self, step, result):
@@ -267,7 +271,8 @@ class _Loop:
         if want_summary:
             fetches["summary"] = ops.summary_op
         try:
-            out, step = self.replica.run_step(self.session, fetches, step)
+            with self.profiler.around_update(step):
+                out, step = self.replica.run_step(self.session, fetches, step)
         except replica_lib.PeerStopped as ended:
             result.stopped_by_peer = ended.step < self.settings.max_steps
             result.stopped_early = ended.early

@@ -33,8 +33,13 @@ class BalancedTest(unittest.TestCase):
 
     def test_the_weights_are_scikit_learns_balanced_formula(self):
         shards = write_label_shards(testing_utils.temp_dir("labels"), LABELS)
-        weights = label_weights.resolve_class_weights("balanced", shards, (), NUM_CLASSES,
-                                                      log=lambda line: None)
+        lines = []
+        weights, sampling = label_weights.resolve_weights("balanced", False, shards, (),
+                                                          NUM_CLASSES, log=lines.append)
+        self.assertIsNone(sampling)
+        self.assertEqual(lines, [f"class weights (balanced over 3 classes of the training "
+                                 f"split): from {min(weights[1:]):.3g} to "
+                                 f"{max(weights[1:]):.3g} (label {np.argmax(weights[1:]) + 1})"])
         y = np.array(LABELS)
         present = np.unique(y)
         expected = dict(zip(present, len(y) / (len(present) * np.bincount(y)[present])))
@@ -42,6 +47,14 @@ class BalancedTest(unittest.TestCase):
         for label in range(NUM_CLASSES):
             # both in float64 from the same integers; only the order of operations differs
             self.assertAlmostEqual(weights[label], expected.get(label, 1.0), places=12)
+
+    def test_balanced_sampling_draws_each_record_by_the_same_formula(self):
+        shards = write_label_shards(testing_utils.temp_dir("labels"), LABELS)
+        weights, sampling = label_weights.resolve_weights("", True, shards, (), NUM_CLASSES,
+                                                          log=lambda line: None)
+        self.assertIsNone(weights)
+        self.assertEqual(sampling, label_weights.balanced_weights(np.bincount(
+            LABELS, minlength=NUM_CLASSES)))
 
 
 class FileTest(unittest.TestCase):

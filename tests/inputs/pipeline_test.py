@@ -1,4 +1,5 @@
-"""The input pipeline: crops, damaged records, shards from elsewhere, determinism."""
+"""The input pipeline: crops, damaged records, shards from elsewhere, determinism, balanced
+sampling."""
 
 import io
 import os
@@ -12,6 +13,7 @@ from PIL import Image
 from data import tfrecord_format
 from inception.config import recipe
 from inception.config import settings as settings_lib
+from inception.inputs import label_weights
 from inception.inputs import pipeline
 from inception.inputs import preprocessing
 from tests import testing_utils
@@ -305,6 +307,57 @@ class AugmentationTest(unittest.TestCase):
                     np.testing.assert_array_equal(labels, original_labels)
                     self.assertGreater(np.abs(images - original).max(), 0.1)
                     self.assertLessEqual(np.abs(images).max(), 1.0)
+
+
+class BalancedSamplingTest(unittest.TestCase):
+    """--balanced_sampling: epochs of the usual length whose classes are about equal, and a
+    stream that still starts anywhere (an exact resume)."""
+
+    COUNTS = {1: 30, 2: 30, 3: 3}  # label 3 cut to a tenth
+
+    @classmethod
+    def setUpClass(cls):
+        directory = testing_utils.temp_dir("balanced")
+        labels = [label for label, count in cls.COUNTS.items() for _ in range(count)]
+        good = [record(jpeg_bytes(i, 16, 16), label, f"img{i}.jpg")
+                for i, label in enumerate(labels)]
+        cls.shards = [write_shard(directory, good[::2], index=0, total=2),
+                      write_shard(directory, good[1::2], index=1, total=2)]
+        cls.epoch = len(labels)
+        cls.counts = [0] + [cls.COUNTS[label] for label in (1, 2, 3)]
+
+    def labels(self, position, count):
+        """The labels of `count` examples from `position` on, and the image of the first."""
+        with tf.Graph().as_default():
+            batch = pipeline.build_train_input(
+                self.shards, 3, 8, NUM_CLASSES, seed=5, shuffle_buffer=16,
+                examples_per_epoch=self.epoch,
+                sampling_weights=label_weights.balanced_weights(self.counts))
+            with tf1.Session() as session:
+                session.run([tf1.local_variables_initializer(), batch.position.initializer])
+                session.run(batch.position.assign(position))
+                session.run(batch.initializer)
+                batches = [session.run([batch.images, batch.labels])
+                           for _ in range(count // 3)]
+        return np.concatenate([labels for _, labels in batches]), batches[0][0]
+
+    def test_classes_come_out_about_equal(self):
+        labels, _ = self.labels(0, 10 * self.epoch)
+        shares = np.bincount(labels, minlength=NUM_CLASSES)[1:] / len(labels)
+        # 630 draws: a share's binomial standard deviation is sqrt(1/3 x 2/3 / 630) = 0.019;
+        # 0.08 is four of them. Unbalanced, label 3 would have 3/63 = 0.048.
+        np.testing.assert_allclose(shares, [1 / 3] * 3, atol=0.08)
+
+    def test_a_stream_started_at_a_position_reads_what_the_whole_stream_reads_there(self):
+        whole, _ = self.labels(0, 3 * self.epoch)
+        for position in (6, self.epoch + 12, 2 * self.epoch):
+            with self.subTest(position=position):
+                started, _ = self.labels(position, 30)
+                np.testing.assert_array_equal(started, whole[position:position + 30])
+
+    def test_the_counts_must_come_from_the_shards_they_balance(self):
+        self.assertEqual(label_weights.label_counts(self.shards, NUM_CLASSES).tolist(),
+                         self.counts)
 
 
 if __name__ == "__main__":

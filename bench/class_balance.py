@@ -57,11 +57,13 @@ def recalls(train_dir):
 
 
 def previous_runs(path):
-    """The runs of the report at `path`, or none when there is no such file."""
+    """The runs of the report at `path`, each naming its machine, or none when there is no
+    such file."""
     if not path or not os.path.exists(path):
         return []
     with open(path, encoding="utf-8") as handle:
-        return json.load(handle)["runs"]
+        report = json.load(handle)
+    return [dict(run, machine=run.get("machine", report["machine"])) for run in report["runs"]]
 
 
 def main():
@@ -88,14 +90,15 @@ def main():
             train_dir = os.path.join(scratch, f"{name}-{seed}")
             result = recipe_options.run_once(data, train_dir, f"{args.epochs}e", seed, flags)
             per_class = recalls(train_dir)
-            runs.append({"config": name, "flags": flags, "seed": seed, **result,
+            runs.append({"config": name, "flags": flags, "seed": seed,
+                         "machine": machine.cpu_summary(), **result,
                          "cut_mean_recall": round(statistics.mean(per_class[c] for c in cut), 4),
                          "all_mean_recall": round(statistics.mean(per_class.values()), 4),
                          "recall": per_class})
             print(f"{name} seed {seed}: recall of the cut classes "
                   f"{runs[-1]['cut_mean_recall']:.3f}, of all {runs[-1]['all_mean_recall']:.3f}",
                   flush=True)
-    report = {"machine": machine.cpu_summary(), "data_dir": args.data_dir,
+    report = {"data_dir": args.data_dir,
               "training_images": counts, "epochs": float(args.epochs),
               "common": recipe_options.COMMON, "runs": runs}
     if args.output_json:

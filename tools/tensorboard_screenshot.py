@@ -6,7 +6,8 @@
 
 Starts TensorBoard from this environment on a free local port, waits until it has loaded the
 runs, then saves one PNG per page (Time Series, which TensorBoard opens on, Scalars, Custom
-Scalars, the confusion matrix on Images, Text) and stops it. Needs a
+Scalars, the confusion matrix on Images, Text, and Profile: a --profile_steps trace) and stops
+it. Needs a
 Chromium or Chrome binary (`apt install chromium` on Debian).
 """
 
@@ -31,7 +32,8 @@ flags.DEFINE_integer("height", 1000, "Browser window height in pixels.")
 flags.DEFINE_float("render_secs", 20, "How long the page may load and draw before the shot.")
 
 PAGES = {"time_series": "#timeseries", "scalars": "#scalars", "custom_scalars": "#custom_scalars",
-         "confusion_matrix": "#images&tagFilter=confusion_matrix", "text": "#text"}
+         "confusion_matrix": "#images&tagFilter=confusion_matrix", "text": "#text",
+         "profile": "#profile"}
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 SERVER_START_SECS = 120
 

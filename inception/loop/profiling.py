@@ -10,6 +10,7 @@ comparison more.
 
 import contextlib
 import os
+import shlex
 
 import tensorflow as tf
 
@@ -53,8 +54,8 @@ class StepProfiler:
             return
         self.tracing = False
         tf.profiler.experimental.stop()
-        self.log(f"profile written to {newest_profile(self.logdir)}: open TensorBoard's "
-                 "Profile tab (bin/tensorboard --logdir=<train_dir>).")
+        self.log(f"profile written to {newest_profile(self.logdir)}: see TensorBoard's "
+                 f"Profile tab (bin/tensorboard --logdir={shlex.quote(self.logdir)}).")
 
 
 def newest_profile(logdir):

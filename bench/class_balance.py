@@ -63,7 +63,8 @@ def previous_runs(path):
         return []
     with open(path, encoding="utf-8") as handle:
         report = json.load(handle)
-    return [dict(run, machine=run.get("machine") or report.get("machine")) for run in report["runs"]]
+    return [dict(run, machine=run.get("machine") or report.get("machine"))
+            for run in report["runs"]]
 
 
 def main():

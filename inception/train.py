@@ -157,8 +157,8 @@ flags.DEFINE_integer("stop_after_evals_without_improvement", 0, "Early stopping:
 flags.DEFINE_integer("warmup_steps", None, "Ramp the learning rate up linearly over this many "
                      f"steps (default: {recipe.describe_default('warmup_steps')}).")
 flags.DEFINE_enum("optimizer", None, plans.OPTIMIZERS, "The optimizer (default: "
-                  f"{recipe.describe_default('optimizer')}); a --training_plan file names its "
-                  "own.")
+                  f"{recipe.describe_default('optimizer')}); a --training_plan stage that names "
+                  "its own keeps it.")
 flags.DEFINE_enum("learning_rate_schedule", plans.SCHEDULES[0], plans.SCHEDULES,
                   "After the warm-up: the original's staircase 'exponential' decay (by "
                   "--learning_rate_decay_factor every --num_epochs_per_decay epochs), 'cosine' "
@@ -244,7 +244,7 @@ def settings_from_flags(cluster=None):
     values["checkpoint_exclude_scopes"] = tuple(values["checkpoint_exclude_scopes"])
     values["profile_steps"] = profile_window(values["profile_steps"])
     values["plan"] = plans.plan_from_flags(tuple(FLAGS.trainable_scopes), FLAGS.stages,
-                                           cli.user_path(FLAGS.training_plan), FLAGS.optimizer)
+                                           cli.user_path(FLAGS.training_plan))
     return settings_lib.train_settings(cluster=cluster, **values)
 
 

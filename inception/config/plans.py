@@ -13,14 +13,14 @@ Command-line form (`--stages`): stages separated by `;`, each `name[:steps[:scop
 e.g. `head:2000:InceptionV3/Logits,InceptionV3/AuxLogits;all`. File form (`--training_plan`,
 JSON): {"stages": [{"name": "head", "steps": 2000, "scopes": [...], "loss_terms": [...],
 "optimizer": "rmsprop", "learning_rate": 0.01}, {"name": "all", "learning_rate_schedule":
-"cosine"}]}; a stage of a file without "optimizer" uses rmsprop (the original's).
+"cosine"}]}. A stage that names no optimizer, in a file or from --stages, uses the run's
+(--optimizer, else the data set's default: settings.OptimizationSettings.training_plan).
 """
 
 import dataclasses
 import json
 
 from common import files
-from inception.config import recipe
 
 OPTIMIZERS = ("rmsprop", "momentum", "sgd", "adam")
 SCHEDULES = ("exponential", "cosine", "constant")  # parallel/schedules.py builds them
@@ -116,17 +116,14 @@ class TrainingPlan:
 DEFAULT_PLAN = TrainingPlan((Stage("train"),))
 
 
-def plan_from_flags(trainable_scopes=(), stages="", training_plan="", optimizer=None):
+def plan_from_flags(trainable_scopes=(), stages="", training_plan=""):
     """The run's plan from at most one of --trainable_scopes, --stages and --training_plan;
-    None when none is given (the default plan: everything in one stage). `optimizer`
-    (--optimizer) is only checked here: a plan file names each stage's own."""
+    None when none is given (the default plan: everything in one stage). Stages that name no
+    optimizer get the run's when the settings are resolved."""
     given = [name for name, value in (("trainable_scopes", trainable_scopes), ("stages", stages),
                                       ("training_plan", training_plan)) if value]
     if len(given) > 1:
         raise PlanError(f"pass only one of --{' / --'.join(given)}.")
-    if optimizer and training_plan:
-        raise PlanError("--optimizer does not apply to --training_plan; the plan file names "
-                        "each stage's optimizer.")
     if training_plan:
         return load_plan(training_plan)
     if stages:
@@ -164,8 +161,7 @@ def parse_stages(text, optimizer=None):
 
 
 def load_plan(path):
-    """Reads a JSON training plan (see the module docstring); its stages name their optimizer
-    (the original's, recipe.ORIGINAL_OPTIMIZER, when they do not)."""
+    """Reads a JSON training plan (see the module docstring)."""
     try:
         payload = json.loads(files.read_text(path))
     except OSError as error:
@@ -184,6 +180,5 @@ def load_plan(path):
         values["scopes"] = tuple(values.get("scopes", ()))
         if values.get("loss_terms") is not None:
             values["loss_terms"] = tuple(values["loss_terms"])
-        values.setdefault("optimizer", recipe.ORIGINAL_OPTIMIZER)
         stages.append(Stage(**values))
     return TrainingPlan(tuple(stages)).validate()

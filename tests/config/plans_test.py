@@ -7,6 +7,8 @@ import unittest
 from absl.testing import absltest
 
 from inception.config import plans
+from inception.config import recipe
+from inception.config import settings as settings_lib
 from tests import testing_utils
 
 
@@ -49,18 +51,23 @@ class PlanParsingTest(unittest.TestCase):
         with self.assertRaisesRegex(plans.PlanError, "unknown stage key"):
             plans.load_plan(path)
 
-    def test_file_stages_without_an_optimizer_use_rmsprop_and_flags_stages_the_runs(self):
+    def test_a_stage_without_an_optimizer_takes_the_runs_in_a_file_and_from_flags(self):
         path = os.path.join(testing_utils.temp_dir("plan_default"), "plan.json")
         with open(path, "w", encoding="utf-8") as handle:
             json.dump({"stages": [{"name": "a", "steps": 2}, {"name": "b",
                                                               "optimizer": "sgd"}]}, handle)
-        self.assertEqual([stage.optimizer for stage in plans.load_plan(path).stages],
-                         ["rmsprop", "sgd"])
+        from_file = plans.load_plan(path)
+        self.assertEqual([stage.optimizer for stage in from_file.stages], [None, "sgd"])
         from_flags = plans.parse_stages("a:2;b")
         self.assertEqual([stage.optimizer for stage in from_flags.stages], [None, None])
-        filled = plans.TrainingPlan((plans.Stage("a", 2), plans.Stage("b", optimizer="sgd")))
-        self.assertEqual([stage.optimizer for stage in filled.with_optimizer("adam").stages],
-                         ["adam", "sgd"])
+        for defaults, optimizer in ((recipe.OWN_DATA_DEFAULTS, "adam"),
+                                    (recipe.IMAGENET_DEFAULTS, "rmsprop")):
+            for plan, expected in ((from_file, [optimizer, "sgd"]),
+                                   (from_flags, [optimizer, optimizer])):
+                resolved = settings_lib.with_defaults(
+                    settings_lib.OptimizationSettings(plan=plan), defaults)
+                self.assertEqual([stage.optimizer for stage in
+                                  resolved.training_plan().stages], expected)
 
 
 class PlanFromFlagsTest(unittest.TestCase):
@@ -76,14 +83,12 @@ class PlanFromFlagsTest(unittest.TestCase):
         with open(path, "w", encoding="utf-8") as handle:
             json.dump({"stages": [{"name": "all"}]}, handle)
         self.assertEqual(plans.plan_from_flags(training_plan=path),
-                         plans.TrainingPlan((plans.Stage("all", optimizer="rmsprop"),)))
+                         plans.TrainingPlan((plans.Stage("all"),)))
 
-    def test_more_than_one_plan_flag_or_an_optimizer_for_a_file_is_refused(self):
+    def test_more_than_one_plan_flag_or_an_unreadable_file_is_refused(self):
         with self.assertRaisesRegex(plans.PlanError, "pass only one of --trainable_scopes / "
                                                      "--stages"):
             plans.plan_from_flags(trainable_scopes=("a",), stages="a:1;b")
-        with self.assertRaisesRegex(plans.PlanError, "plan file names"):
-            plans.plan_from_flags(training_plan=__file__, optimizer="adam")
         with self.assertRaisesRegex(plans.PlanError, "cannot read --training_plan=/nonexistent"):
             plans.plan_from_flags(training_plan="/nonexistent/plan.json")
 

@@ -17,7 +17,7 @@ EVAL_CORRUPT_RECORDS = "metrics/corrupt_records"
 METRICS_GROUP = "metrics"  # also the confusion-matrix image and the per-class text
 
 LEARNING_RATE = "train/learning_rate"
-BATCH_NORM_DECAY = "train/batch_norm_decay"
+CURRENT_BATCH_NORM_DECAY = "train/batch_norm_decay"  # the warmed-up decay of the step
 STAGE = "train/stage"
 LOSS_SCALE = "train/loss_scale"
 GRADIENT_NORM = "train/gradient_norm"

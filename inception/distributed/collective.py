@@ -32,6 +32,7 @@ from inception.loop import resume
 from inception.loop.session_loop import timestamped
 from inception.parallel import all_reduce
 from inception.parallel import copies as copies_lib
+from inception.parallel.devices import HOST_DEVICE
 
 tf1 = tf.compat.v1
 # A vote to stop that is early stopping; a signal votes 1, so the sum over the workers tells.
@@ -72,7 +73,7 @@ class CollectiveWorker(ClusterWorker):
         """Adds the start-up broadcast and each stage's vote (see the module docstring)."""
         self._train_graph = train_graph
         saved = copies_lib.saved_variables(tf1.global_variables())
-        device = self.local_device("/cpu:0")
+        device = self.local_device(HOST_DEVICE)
         workers = self.settings.num_workers
         keys = all_reduce.InstanceKeys(all_reduce.WORKER_INSTANCE_KEYS)
         self._ops = {

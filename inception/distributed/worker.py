@@ -96,7 +96,7 @@ class ClusterWorker(replica_lib.Replica):
     def wrap_optimizer(self, optimizer, moving_average, variables):
         """The synchronous-replicas version of `optimizer`; its update (run by the chief) also
         updates `moving_average` of `variables`, once per global step."""
-        # The user-facing rule (one-stage plans only) lives in settings.py.
+        # The user-facing rule (one-stage plans only) lives in config/rules.py.
         assert self._sync_optimizer is None, "a second stage on a cluster"
         self._sync_optimizer = tf1.train.SyncReplicasOptimizer(
             optimizer, replicas_to_aggregate=self.settings.replicas_to_aggregate,

@@ -22,6 +22,7 @@ from inception.loop import resume
 from inception.loop import session_loop
 from inception.loop.session_loop import timestamped
 from inception.model import network
+from inception.parallel import devices
 from inception.parallel import step_graph
 from inception.run import checkpoint_io
 from inception.run.directory import RunDirectory
@@ -64,7 +65,8 @@ def graph_builder(run, replica, learning_rate=None):
         if data.seed is not None:
             tf.compat.v1.set_random_seed(data.seed)  # reproducible initial weights too
         seed = resolution.input_seed(settings)
-        with tf.device(replica.local_device("/cpu:0") if replica else "/cpu:0"):
+        host = devices.HOST_DEVICE
+        with tf.device(replica.local_device(host) if replica else host):
             input_batch = pipeline.build_train_input(
                 run.shards, data.batch_size * settings.optimization.accumulate_steps,
                 settings.model.image_size, settings.model.num_classes, seed=seed,

@@ -47,7 +47,7 @@ def resolve_run(settings, log=print):
     """
     placement = devices.resolve_placement(settings.devices, settings.cluster)
     stored = stored_run(settings.train_dir)
-    dataset = resolve_dataset(settings.data, stored, log)
+    dataset = dataset_of_run(settings.data, stored, log)
     filled = settings_lib.fill_defaults(settings, dataset.defaults)
     examples_per_epoch = dataset.num_examples(filled.data.subset, log)
     per_update = examples_per_update(filled)
@@ -118,7 +118,7 @@ def stored_run(train_dir):
     return directory.read_settings() if directory.newest() is not None else None
 
 
-def resolve_dataset(data, stored, log):
+def dataset_of_run(data, stored, log):
     """The data set of the `data` section, or of the stored run when the section names none."""
     stored_dir = stored.data_dir if stored else ""
     if stored_dir and data.data_dir and data.data_dir != stored_dir:

@@ -7,6 +7,8 @@ import dataclasses
 
 import tensorflow as tf
 
+from inception.parallel.devices import HOST_DEVICE
+
 tf1 = tf.compat.v1
 
 COUNTER_NAME = "clipped_updates"
@@ -28,7 +30,7 @@ class ClippedUpdates:
     counter: tf.Variable
 
 
-def counter_if(clip_norm, device="/cpu:0"):
+def counter_if(clip_norm, device=HOST_DEVICE):
     """ClippedUpdates of `clip_norm` with a new counter on `device`, or None when `clip_norm` is
     0 (no clipping)."""
     if not clip_norm:

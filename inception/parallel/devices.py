@@ -29,6 +29,7 @@ from inception.parallel import variable_update
 
 tf1 = tf.compat.v1
 DEFAULT_CPU_TOWERS = 2
+HOST_DEVICE = "/cpu:0"  # the input pipeline's, and the variables' with --variable_device=cpu
 
 
 class PlacementError(ValueError):
@@ -260,7 +261,7 @@ def apply_precision(config, precision, placement):
     return config
 
 
-VARIABLE_DEVICE_NAMES = {"cpu": "/cpu:0", "gpu": "/gpu:0"}  # --variable_device -> device
+VARIABLE_DEVICE_NAMES = {"cpu": HOST_DEVICE, "gpu": "/gpu:0"}  # --variable_device -> device
 
 
 def check_variable_device(variable_device, placement, distributed=False):
@@ -287,7 +288,8 @@ def check_variable_device(variable_device, placement, distributed=False):
 def apply_xla(config):
     """Turns on XLA auto-clustering in `config` (TensorFlow compiles the fusable parts of the
     step); returns it. On CPUs this works only in a process that called
-    cli.allow_xla_on_cpu() before TensorFlow listed its devices (every entry point does)."""
+    driver.startup.allow_xla_on_cpu() before TensorFlow listed its devices (every entry point
+    does)."""
     config.graph_options.optimizer_options.global_jit_level = tf1.OptimizerOptions.ON_1
     return config
 

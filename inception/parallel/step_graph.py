@@ -24,6 +24,7 @@ from inception.config import recipe
 from inception.parallel import all_reduce as all_reduce_lib
 from inception.parallel import clipping
 from inception.parallel import copies as copies_lib
+from inception.parallel.devices import HOST_DEVICE
 from inception.parallel import gpu_prefetch
 from inception.parallel import loss_scaling
 from inception.parallel import optimizers as optimizers_lib
@@ -33,7 +34,7 @@ from inception.parallel import towers as towers_lib
 
 tf1 = tf.compat.v1
 
-DEFAULT_VARIABLE_DEVICE = "/cpu:0"  # as in the original; the run's Placement decides
+DEFAULT_VARIABLE_DEVICE = HOST_DEVICE  # as in the original; the run's Placement decides
 MICRO_BATCH_INPUTS = "micro_batch_inputs"  # graph collection: each tower's input copies
 
 
@@ -331,7 +332,7 @@ def _gradients(shared, var_list, loss_terms):
     scale = shared.loss_scale.scale if shared.loss_scale else None
     if shared.copies is None:
         return towers_lib.build_gradients(shared.towers, var_list, shared.regularization,
-                                          loss_terms, device=shared.variable_device,
+                                          loss_terms, variable_device=shared.variable_device,
                                           loss_scale=scale)
     return towers_lib.build_replicated_gradients(
         shared.towers, var_list, shared.regularization, shared.copies, shared.reducer.sum,

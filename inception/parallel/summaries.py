@@ -6,10 +6,11 @@ only when a summary is due."""
 import tensorflow as tf
 
 from inception.config import tags
+from inception.parallel.devices import HOST_DEVICE
 
 tf1 = tf.compat.v1
 
-SUMMARY_DEVICE = "/cpu:0"  # TensorFlow's summary ops have CPU kernels only
+SUMMARY_DEVICE = HOST_DEVICE  # TensorFlow's summary ops have CPU kernels only
 
 
 def scalar_summary(tag, value):
@@ -49,7 +50,7 @@ def step_summaries(towers, tower_totals, loss_terms, stage_index, mean_loss, lea
         summaries = [scalar_summary(tags.MEAN_LOSS, mean_loss),
                      scalar_summary(tags.REGULARIZATION_LOSS, regularization),
                      scalar_summary(tags.LEARNING_RATE, learning_rate),
-                     scalar_summary(tags.BATCH_NORM_DECAY, bn_decay),
+                     scalar_summary(tags.CURRENT_BATCH_NORM_DECAY, bn_decay),
                      scalar_summary(tags.STAGE, stage_index),
                      *([scalar_summary(tags.LOSS_SCALE, loss_scale.scale)]
                        if loss_scale else []),

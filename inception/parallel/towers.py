@@ -19,6 +19,8 @@ import dataclasses
 
 import tensorflow as tf
 
+from inception.parallel.devices import HOST_DEVICE
+
 tf1 = tf.compat.v1
 
 VARIABLE_OP_TYPES = frozenset({"Variable", "VariableV2", "VarHandleOp", "AutoReloadVariable"})
@@ -90,7 +92,7 @@ def split_batch(tensors, num_towers):
     return [tuple(part[index] for part in parts) for index in range(num_towers)]
 
 
-def build_towers(model_fn, tower_inputs, devices, variable_device="/cpu:0",
+def build_towers(model_fn, tower_inputs, devices, variable_device=HOST_DEVICE,
                  variable_copies=None):
     """Builds one tower per device; variables are created by tower 0 and shared.
 
@@ -126,7 +128,7 @@ def build_towers(model_fn, tower_inputs, devices, variable_device="/cpu:0",
     return towers
 
 
-def regularization_loss(variable_device="/cpu:0", terms=None):
+def regularization_loss(variable_device=HOST_DEVICE, terms=None):
     """Sum of the graph's regularization losses (or of `terms`, a list of them), one per
     variable, or 0: a float32 scalar (terms of layers built in bf16/fp16 are cast up).
 
@@ -190,8 +192,9 @@ def tower_gradients(towers, var_list, term_names=None, loss_scale=None, tower_va
     return per_tower
 
 
-def average_gradients(per_tower_grads, var_list, device="/cpu:0"):
-    """Averages gradients over towers on `device`, skipping variables no tower reaches.
+def average_gradients(per_tower_grads, var_list, variable_device=HOST_DEVICE):
+    """Averages gradients over towers on `variable_device`, skipping variables no tower
+    reaches.
 
     A variable whose gradient is None in every tower is left out (and named in `skipped`); one
     that is None in only some towers gets zero from those, which is exact for a mean of losses.
@@ -201,7 +204,7 @@ def average_gradients(per_tower_grads, var_list, device="/cpu:0"):
     """
     num_towers = len(per_tower_grads)
     averaged, skipped = [], []
-    with tf.device(device), tf.name_scope("average_gradients"):
+    with tf.device(variable_device), tf.name_scope("average_gradients"):
         for position, variable in enumerate(var_list):
             grads = [tf.convert_to_tensor(tower[position]) for tower in per_tower_grads
                      if tower[position] is not None]
@@ -213,28 +216,30 @@ def average_gradients(per_tower_grads, var_list, device="/cpu:0"):
     return averaged, skipped
 
 
-def build_gradients(towers, var_list, regularization, term_names=None, device="/cpu:0",
-                    loss_scale=None):
+def build_gradients(towers, var_list, regularization, term_names=None,
+                    variable_device=HOST_DEVICE, loss_scale=None):
     """Tower gradients of the selected loss terms, averaged, plus the regularization gradient.
 
-    The regularization's gradient is computed once on `device` and added to the average, so it
-    counts exactly once whatever the number of towers. Variables that no tower's data loss
-    reaches are skipped entirely (weight decay alone does not move them). With `loss_scale`
-    (fp16), the towers differentiate their scaled losses and the average is unscaled again.
+    The regularization's gradient is computed once on `variable_device` and added to the
+    average, so it counts exactly once whatever the number of towers. Variables that no
+    tower's data loss reaches are skipped entirely (weight decay alone does not move them).
+    With `loss_scale` (fp16), the towers differentiate their scaled losses and the average is
+    unscaled again.
     """
     if not var_list:
         raise ValueError("no variables to train: var_list is empty")
     per_tower = tower_gradients(towers, var_list, term_names, loss_scale)
-    averaged, skipped = average_gradients(per_tower, var_list, device)
+    averaged, skipped = average_gradients(per_tower, var_list, variable_device)
     if loss_scale is not None:
-        with tf.device(device), tf.name_scope("unscale_gradients"):
+        with tf.device(variable_device), tf.name_scope("unscale_gradients"):
             averaged = [(grad / loss_scale, variable) for grad, variable in averaged]
     trained = [variable for _, variable in averaged]
-    with tf.device(device), tf.name_scope("regularization_gradients"):
+    with tf.device(variable_device), tf.name_scope("regularization_gradients"):
         reg_grads = tf.gradients(regularization, trained) if trained else []
     grads_and_vars = [(grad if reg is None else grad + reg, variable)
                       for (grad, variable), reg in zip(averaged, reg_grads)]
-    return AveragedGradients(grads_and_vars, skipped, gradient_norms(towers, per_tower, device))
+    return AveragedGradients(grads_and_vars, skipped,
+                             gradient_norms(towers, per_tower, variable_device))
 
 
 def build_replicated_gradients(towers, var_list, regularization, variable_copies,
@@ -306,7 +311,7 @@ def _sum_micro_batches(towers, per_tower, devices):
     return per_device
 
 
-def gradient_norms(towers, per_tower_grads, device="/cpu:0"):
+def gradient_norms(towers, per_tower_grads, device=HOST_DEVICE):
     """float32 [num_towers]: each tower's gradient global norm, computed on its own device."""
     norms = []
     for tower, grads in zip(towers, per_tower_grads):

@@ -15,6 +15,7 @@ from common.progress import ProgressBar
 from inception.config import tags
 from inception.inputs import pipeline
 from inception.model import network
+from inception.parallel.devices import HOST_DEVICE
 from inception.run import checkpoint_io
 from inception.validation import per_class
 from inception.run.checkpoint_io import step_of
@@ -91,7 +92,7 @@ def build_eval_graph(shards, settings, batch_size, max_examples=0, strict=False,
         # The variables are restored, never initialized; a graph seed keeps op determinism
         # (--deterministic, on during training's validations) from refusing their initializers.
         tf1.set_random_seed(0)
-        with tf.device("/cpu:0"):
+        with tf.device(HOST_DEVICE):
             batch = pipeline.build_eval_input(shards, batch_size, settings.image_size,
                                               settings.num_classes, strict=strict,
                                               max_examples=max_examples)

@@ -2,12 +2,12 @@
 other tasks, this task's server, and the queue through which workers say they are done."""
 
 import os
-import re
 import socket
 import time
 
 import tensorflow as tf
 
+from common import error_lines
 from inception.config.cluster import JOBS
 from inception.config.cluster import split_address
 
@@ -27,8 +27,6 @@ CONNECTION_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError,
                      tf.errors.OutOfRangeError)
 DONE_QUEUE_NAME = "inception_workers_done"
 # Lines of TensorFlow error messages that say where, not what.
-BOILERPLATE = re.compile(r"Graph execution error|Detected at node|Node: '|Additional GRPC|"
-                         r"([A-Z_]+: )?From /job|File |\[\[|:\{|:UNKNOWN")
 READY_FLAG_NAME = "inception_model_ready"
 EARLY_STOP_FLAG_NAME = "inception_stopped_early"
 
@@ -77,18 +75,8 @@ def start_server(settings, config):
                                 task_index=settings.task_id, config=config, start=True)
     except (tf.errors.OpError, ValueError) as error:
         raise ClusterError(f"cannot start the {settings.job_name} {settings.task_id} server at "
-                           f"{settings.address} ({first_line(error)}); is that port in use, or "
-                           "is the address not one of this machine's?") from None
-
-
-def first_line(error):
-    """The informative line of a TensorFlow error (its message without graph boilerplate)."""
-    text = getattr(error, "message", None) or str(error)
-    for line in text.splitlines():
-        line = line.strip()
-        if any(c.isalpha() for c in line) and not BOILERPLATE.match(line):
-            return line.rstrip(".")
-    return type(error).__name__
+                           f"{settings.address} ({error_lines.cause_of(error)}); is that port in "
+                           "use, or is the address not one of this machine's?") from None
 
 
 def run_options(timeout_secs):

@@ -16,13 +16,13 @@ import time
 
 import tensorflow as tf
 
+from common import error_lines
 from inception.config.cluster import ClusterConfigError
 from inception.distributed.connections import ClusterError
 from inception.distributed.connections import CONNECTION_ERRORS
 from inception.distributed.connections import DivergedError
 from inception.distributed.connections import done_queue
 from inception.distributed.connections import EARLY_STOP_FLAG_NAME
-from inception.distributed.connections import first_line
 from inception.distributed.connections import is_reachable
 from inception.distributed.connections import LOST_TASK_SETTLE_SECS
 from inception.distributed.connections import PROBE_INTERVAL_SECS
@@ -283,7 +283,7 @@ class ClusterWorker(replica_lib.Replica):
         prefix = f"worker {self.settings.task_id} {where}"
         if self._update_failures:
             return ClusterError(f"{prefix}: the chief could not apply the synchronous update "
-                                f"({first_line(self._update_failures[0])}).")
+                                f"({error_lines.cause_of(self._update_failures[0])}).")
         timed_out = isinstance(error, tf.errors.DeadlineExceededError)
         down = unreachable_tasks(self.settings, 0.0 if timed_out else LOST_TASK_SETTLE_SECS)
         down = f"; not answering now: {down}" if down else ""
@@ -294,7 +294,7 @@ class ClusterWorker(replica_lib.Replica):
             return ClusterError(f"{prefix}: no synchronous update{waited}{down}. A worker is "
                                 f"missing, stuck, or slower than --step_timeout_secs. {restart}")
         return ClusterError(f"{prefix}: lost contact with the cluster "
-                            f"({first_line(error)}){down}. {restart}")
+                            f"({error_lines.cause_of(error)}){down}. {restart}")
 
     def before_save(self, session):
         """Refuses to checkpoint weights that are no longer finite (another worker's loss

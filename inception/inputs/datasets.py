@@ -17,6 +17,7 @@ import os
 
 import tensorflow as tf
 
+from common import error_lines
 from data import demo_data
 from data import folder_cache
 from data import tfrecord_format
@@ -101,7 +102,7 @@ def count_records(paths):
                 total += int(tf.data.TFRecordDataset(path).reduce(
                     tf.constant(0, tf.int64), lambda count, _: count + 1))
             except tf.errors.OpError as error:
-                raise DataError(f"cannot read {path}: {error.message.splitlines()[0]}; rebuild "
+                raise DataError(f"cannot read {path}: {error_lines.cause_of(error)}; rebuild "
                                 "the shard or remove it.") from None
     return total
 

@@ -40,7 +40,7 @@ def stored_shapes(checkpoint_path):
         return _reader(checkpoint_path).get_variable_to_shape_map()
     except (tf.errors.OpError, ValueError) as error:
         raise CheckpointError(f"cannot read checkpoint {checkpoint_path}: "
-                              f"{str(error).splitlines()[0]}") from None
+                              f"{error_lines.cause_of(error)}") from None
 
 
 def _reader(checkpoint_path):

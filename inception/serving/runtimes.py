@@ -8,6 +8,7 @@ import os
 
 import numpy as np
 
+from common import error_lines
 from common import image_limits
 from inception.serving import model_files
 from inception.serving import numpy_preprocessing
@@ -52,7 +53,8 @@ def _tflite_logits(path):
         interpreter.allocate_tensors()
     except (ValueError, RuntimeError) as error:
         raise model_files.ModelFileError(
-            f"--model={path} is not a TFLite model LiteRT can run ({_first_line(error)}); "
+            f"--model={path} is not a TFLite model LiteRT can run "
+            f"({error_lines.cause_of(error)}); "
             "pass a model.tflite that //inception:export wrote.") from None
     image_input = interpreter.get_input_details()[0]["index"]
     logits_output = interpreter.get_output_details()[0]["index"]
@@ -75,11 +77,8 @@ def _onnx_logits(path):
     except Exception as error:  # pylint: disable=broad-except
         # onnxruntime raises its own exception classes, none of them a common base but this.
         raise model_files.ModelFileError(
-            f"--model={path} is not an ONNX model onnxruntime can run ({_first_line(error)}); "
+            f"--model={path} is not an ONNX model onnxruntime can run "
+            f"({error_lines.cause_of(error)}); "
             "pass a model.onnx that //inception:export wrote.") from None
     input_name = session.get_inputs()[0].name
     return lambda images: session.run(None, {input_name: images})[0]
-
-
-def _first_line(error):
-    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__

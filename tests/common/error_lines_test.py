@@ -35,5 +35,20 @@ class RootCauseTest(unittest.TestCase):
             "label 3 of image x is outside [0, 3); the data has more classes")
 
 
+class CauseOfTest(unittest.TestCase):
+
+    def test_a_remote_tasks_error_gives_its_cause_without_grpcs_lines(self):
+        error = RuntimeError("From /job:ps/replica:0/task:0:\nConnection reset by peer.\n"
+                             "Additional GRPC error information from remote target "
+                             "/job:ps/replica:0/task:0:\n:{\"created\":\"@1\"}")
+        self.assertEqual(error_lines.cause_of(error), "Connection reset by peer")
+
+    def test_a_tensorflow_errors_message_and_an_empty_one(self):
+        class FakeOpError(Exception):
+            message = SAVE
+        self.assertEqual(error_lines.cause_of(FakeOpError()), "No space left on device")
+        self.assertEqual(error_lines.cause_of(KeyError()), "KeyError")
+
+
 if __name__ == "__main__":
     absltest.main()

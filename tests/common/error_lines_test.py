@@ -43,6 +43,12 @@ class CauseOfTest(unittest.TestCase):
                              "/job:ps/replica:0/task:0:\n:{\"created\":\"@1\"}")
         self.assertEqual(error_lines.cause_of(error), "Connection reset by peer")
 
+    def test_an_aborted_all_reduce_gives_its_cause_without_where_it_happened(self):
+        error = RuntimeError("Graph execution error:\n\nDetected at node 'x'\n"
+                             "Node: 'stage_train/all_reduce_7'\n"
+                             "Collective ops is aborted by: peer lost\n")
+        self.assertEqual(error_lines.cause_of(error), "Collective ops is aborted by: peer lost")
+
     def test_a_tensorflow_errors_message_and_an_empty_one(self):
         class FakeOpError(Exception):
             message = SAVE

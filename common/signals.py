@@ -59,9 +59,7 @@ class _Watcher:
             self.count += 1
             if self.count < 2:
                 return
-        os.write(2, f"{signal.Signals(number).name} received again: stopping at once; files "
-                    "already written stay valid (rerun the same command to go on).\n".encode())
-        os._exit(128 + number)  # pylint: disable=protected-access
+        stop_at_once(number)
 
     def reset(self):
         with self._lock:
@@ -92,6 +90,15 @@ def handle_signals():
               flush=True)
         os._exit(value.exit_status)  # pylint: disable=protected-access
     sys.excepthook = one_line_on_interrupt
+
+
+def stop_at_once(number, next_step="rerun the same command to go on"):
+    """The second signal's end: one line, then exit 128 + `number` at once. Safe inside a
+    signal handler (os.write and os._exit; print and sys.exit are not, and sys.exit would wait
+    for a TensorFlow call under way)."""
+    os.write(2, f"{signal.Signals(number).name} received again: stopping at once; files already "
+                f"written stay valid ({next_step}).\n".encode())
+    os._exit(128 + number)  # pylint: disable=protected-access
 
 
 def raise_interrupted(number, frame):

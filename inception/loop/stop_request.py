@@ -1,6 +1,5 @@
 """Turns SIGINT/SIGTERM into a polite request to stop at the next safe point."""
 
-import os
 import signal
 
 from common import signals
@@ -54,11 +53,8 @@ class StopRequest:
         if self.signal_number is None:
             self.signal_number = number
             return
-        # os.write and os._exit are safe inside a signal handler; print and sys.exit are not
-        # (and sys.exit would wait for the TensorFlow call under way to return).
-        os.write(2, f"{signal.Signals(number).name} received again: stopping at once; rerun "
-                    "the same command to resume from the last checkpoint.\n".encode())
-        os._exit(128 + number)  # pylint: disable=protected-access
+        signals.stop_at_once(number, "rerun the same command to resume from the last "
+                                     "checkpoint")
 
     def __exit__(self, *exc_info):
         for number, handler in self._previous.items():

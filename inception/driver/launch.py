@@ -197,17 +197,11 @@ def find_learning_rate(settings, test, plot_path, log=print):
         rate = tf.compat.v1.placeholder(tf.float32, [], name="learning_rate_tried")
         built = graph_builder(run, None, learning_rate=rate)()
         stage = built.stages[-1]
-        init = tf.compat.v1.global_variables_initializer()
-        restore = run.make_initializer() if run.make_initializer else None
+        start = resume.prepare_fresh_start(built, run.make_initializer)
         local_init = tf.compat.v1.local_variables_initializer()
     with tf.compat.v1.Session(graph=graph, config=run.placement.session_config()) as session:
-        session.run(init)
-        if restore is not None:
-            restore(session)
-        resume.fill_copies(session, built)
-        session.run([local_init, built.input_initializer])
-        if built.input_fill is not None:
-            session.run(built.input_fill)
+        start(session)
+        resume.start_input(session, built, local_init)
         result = lr_range.run_range_test(session, stage.train_op, stage.mean_loss,
                                          rate, test, log=log)
     lr_range.write_plot(

@@ -1,7 +1,8 @@
 """How a run's session starts: fresh (initialize, then an optional pretrained restore) or
 resumed from a checkpoint (which may lack optimizer state of a changed plan). Either way, with
 replicated variables every device's copies are then filled from the variables (a checkpoint
-holds one copy)."""
+holds one copy), and then the input starts (start_input). The training loop and the
+learning-rate range test both start this way."""
 
 import os
 
@@ -56,6 +57,15 @@ def _save_start(keeper, session, prefix):
             f"could not save the starting weights as {prefix} "
             f"({error_lines.file_error_cause(error)}); free some space or fix the directory, "
             "then rerun the same command.") from None
+
+
+def start_input(session, train_graph, local_init):
+    """Starts the input of `train_graph` once its variables hold their values: the local
+    variables (`local_init`), the pipeline's iterator and the first batch staged on the devices
+    (gpu_prefetch)."""
+    session.run([local_init, train_graph.input_initializer])
+    if train_graph.input_fill is not None:
+        session.run(train_graph.input_fill)
 
 
 def keeping_input_position(train_graph):

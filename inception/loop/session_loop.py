@@ -171,9 +171,7 @@ def _start_session(session, built, checkpoint, replica, log):
     step = built.start(session)
     if checkpoint:
         log(timestamped(f"resumed from {checkpoint} (step {step})"))
-    session.run([built.local_init, built.train_graph.input_initializer])
-    if built.train_graph.input_fill is not None:
-        session.run(built.train_graph.input_fill)
+    resume.start_input(session, built.train_graph, built.local_init)
     replica.begin(session)
     return step
 

@@ -44,6 +44,13 @@ def cause_of(error):
     return cause or type(error).__name__
 
 
+def cannot_write(what, error, instead="a directory you can write"):
+    """The one-line error of every place a command cannot write: "cannot write <what>
+    (<cause>); pass <instead>." `what` names the path, so the cause leaves it out."""
+    strerror = getattr(error, "strerror", None) if isinstance(error, OSError) else None
+    return f"cannot write {what} ({strerror or cause_of(error)}); pass {instead}."
+
+
 def file_error_cause(error):
     """What an OSError or a TensorFlow file-system error says, with the path it concerns, in
     one line (e.g. "/data/run/model.ckpt-5.index; Read-only file system")."""

@@ -17,6 +17,7 @@ from absl import app
 from absl import flags
 
 from common import cli
+from common import error_lines
 from common import image_limits
 from common.progress import ProgressBar
 from inception.driver import startup
@@ -61,8 +62,8 @@ def open_output(output_json):
         # Closed by main's `with`; opened here so a bad path fails before the model loads.
         return open(output_json or os.devnull, "w", encoding="utf-8")  # noqa: SIM115
     except OSError as error:
-        return cli.fail(f"cannot write --output_json={output_json} ({error.strerror or error}); "
-                        "pass a file in a directory you can write.")
+        return cli.fail(error_lines.cannot_write(f"--output_json={output_json}", error,
+                                                 "a file in a directory you can write"))
 
 
 def list_images(paths, file_system):

@@ -357,8 +357,8 @@ def find_learning_rate(settings):
     try:
         files.ensure_writable_directory(settings.train_dir)
     except (OSError, tf.errors.OpError) as error:
-        cli.fail(f"cannot write the range test's plot in --train_dir={settings.train_dir} "
-                 f"({error_lines.file_error_cause(error)}); pass a directory you can write.")
+        cli.fail(error_lines.cannot_write(
+            f"the range test's plot in --train_dir={settings.train_dir}", error))
     plot = os.path.join(settings.train_dir, "learning_rate_range.png")
     test = lr_range.RangeTest(FLAGS.lr_range_min, FLAGS.lr_range_max,
                               FLAGS.lr_range_steps)

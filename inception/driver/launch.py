@@ -122,8 +122,7 @@ def check_writable(train_dir):
         files.ensure_writable_directory(train_dir)
     except (OSError, tf.errors.OpError) as error:
         raise checkpoint_io.CheckpointError(
-            f"cannot write in --train_dir={train_dir} ({error_lines.file_error_cause(error)}); "
-            "pass a directory you can write.") from None
+            error_lines.cannot_write(f"in --train_dir={train_dir}", error)) from None
 
 
 @contextlib.contextmanager

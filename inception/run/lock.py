@@ -13,6 +13,7 @@ import fcntl
 import os
 import socket
 
+from common import error_lines
 from common import files
 
 LOCK_FILE = "train.lock"
@@ -34,8 +35,8 @@ def exclusive_run(train_dir):
         os.makedirs(train_dir, exist_ok=True)
         handle = open(path, "a+", encoding="utf-8")  # pylint: disable=consider-using-with
     except OSError as error:
-        raise RunLockError(f"cannot write in --train_dir={train_dir} ({error.strerror or error}); "
-                           "pass a directory you can write.") from None
+        raise RunLockError(error_lines.cannot_write(f"in --train_dir={train_dir}",
+                                                    error)) from None
     with handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)

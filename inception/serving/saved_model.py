@@ -131,9 +131,8 @@ def check_export_dir(export_dir):
     try:
         files.ensure_writable_directory(export_dir)
     except (OSError, tf.errors.OpError) as error:
-        raise ExportError(f"cannot write in --export_dir={export_dir} "
-                          f"({error_lines.file_error_cause(error)}); pass a directory you can "
-                          "write.") from None
+        raise ExportError(error_lines.cannot_write(f"in --export_dir={export_dir}",
+                                                   error)) from None
 
 
 def export_saved_model(checkpoint_path, stored, label_names, export_dir,

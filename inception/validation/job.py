@@ -96,9 +96,9 @@ def open_summary_writer(eval_dir):
         writer.flush()
         return writer
     except (tf.errors.OpError, OSError) as error:
-        reason = error_lines.root_cause(getattr(error, "message", None) or str(error))
-        raise EvalDirError(f"cannot write evaluation summaries to {eval_dir} ({reason}); pass "
-                           "--eval_dir=<a directory you can write>.") from None
+        raise EvalDirError(error_lines.cannot_write(
+            f"evaluation summaries to {eval_dir}", error,
+            "--eval_dir=<a directory you can write>")) from None
 
 
 def run_evaluation(evaluation, log=print, logits_fn=None):

@@ -11,6 +11,12 @@ from common import files
 from common import signals
 
 
+class UserError(Exception):
+    """A mistake the user can fix (a flag, a file, the data, the machine, a run that diverged):
+    the entry points print its message as one line. Every error class meant for users derives
+    from it, and nothing else is caught there, so a bug stays a traceback."""
+
+
 def quiet_tensorflow():
     """Hides TensorFlow's start-up chatter (C++ info lines, deprecation notices). Call first.
 

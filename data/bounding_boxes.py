@@ -10,6 +10,7 @@ import math
 import os
 import xml.etree.ElementTree as ElementTree
 
+from common import cli
 from common import files
 from data import tfrecord_format
 from data.errors import BuildError
@@ -17,7 +18,7 @@ from data.errors import BuildError
 IMAGE_EXTENSION = ".JPEG"
 
 
-class AnnotationError(ValueError):
+class AnnotationError(cli.UserError):
     """An XML annotation file that cannot be used."""
 
 

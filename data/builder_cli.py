@@ -18,7 +18,7 @@ def run_build(argv, build, make_options):
         cli.fail("--output_directory is required: where to write the shards.")
     try:
         build(make_options(), log=cli.log)
-    except (ValueError, OSError) as error:
+    except (cli.UserError, OSError) as error:
         cli.fail(error)
     except KeyboardInterrupt as interrupt:  # Ctrl-C or SIGTERM (common.signals)
         cli.fail("interrupted; no shards were published (rerun the same command).",

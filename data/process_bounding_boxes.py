@@ -29,7 +29,7 @@ def main(argv):
     try:
         summary = bounding_boxes.convert_annotations(
             cli.user_path(FLAGS.annotations_directory), output_file)
-    except (ValueError, OSError) as error:
+    except (cli.UserError, OSError) as error:
         cli.fail(error)
     cli.log(f"{summary.boxes} boxes of {summary.images_with_boxes} images from "
             f"{summary.files} annotation files -> {output_file}")

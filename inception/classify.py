@@ -89,7 +89,7 @@ def open_model(model_path):
             exported = tf_models.saved_model_version(model_path) is not None
             predict = tf_models.open_model(model_path, log=cli.log,
                                            max_pixels=FLAGS.max_image_pixels)
-    except ValueError as error:
+    except cli.UserError as error:
         cli.fail(error)
     if FLAGS["max_image_pixels"].present and exported:
         cli.log("note: --max_image_pixels is for a training directory; this export refuses "

@@ -42,7 +42,7 @@ def settings_from_flags():
             timeout_secs=FLAGS.timeout_secs, image_size=FLAGS.image_size,
             depth_multiplier=FLAGS.depth_multiplier,
             strict_input=FLAGS.strict_input).validate()
-    except ValueError as error:
+    except cli.UserError as error:
         cli.fail(error, code=2)
 
 
@@ -54,7 +54,7 @@ def main(argv):
     from inception.validation import job  # pylint: disable=import-outside-toplevel
     try:
         job.run_evaluation(settings, log=cli.log)
-    except ValueError as error:
+    except cli.UserError as error:
         cli.fail(error)
 
 

@@ -45,7 +45,7 @@ def check_flags():
     and exit 2 for a bad flag, before TensorFlow loads."""
     try:
         formats = rules.export_formats(FLAGS.formats)
-    except ValueError as error:
+    except cli.UserError as error:
         cli.fail(error, 2)
     if not FLAGS.export_dir:
         cli.fail("--export_dir is required: the directory the SavedModel versions go to.", 2)
@@ -77,7 +77,7 @@ def main(argv):
                                                       max_pixels=FLAGS.max_image_pixels,
                                                       formats=formats,
                                                       calibration_count=FLAGS.calibration_images)
-    except ValueError as error:
+    except cli.UserError as error:
         cli.fail(error)
     cli.log(f"SavedModel written to {version_dir} (signatures: serving_default on encoded "
             "images, refusing those over "

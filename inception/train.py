@@ -242,22 +242,10 @@ def settings_from_flags(cluster=None):
     if values["class_weight"] not in ("", "balanced"):
         values["class_weight"] = cli.user_path(values["class_weight"])
     values["checkpoint_exclude_scopes"] = tuple(values["checkpoint_exclude_scopes"])
-    values["profile_steps"] = profile_window(values["profile_steps"])
+    values["profile_steps"] = rules.profile_window(values["profile_steps"])
     values["plan"] = plans.plan_from_flags(tuple(FLAGS.trainable_scopes), FLAGS.stages,
                                            cli.user_path(FLAGS.training_plan))
     return settings_lib.train_settings(cluster=cluster, **values)
-
-
-def profile_window(words):
-    """(first, last) from --profile_steps' one or two numbers; () when it is empty."""
-    try:
-        steps = tuple(int(word) for word in words)
-    except ValueError:
-        steps = ()
-    if words and len(steps) not in (1, 2):
-        raise ValueError(f"--profile_steps={','.join(words)} takes a first and a last step, "
-                         "e.g. --profile_steps=20,25, or one step.")
-    return (steps[0], steps[-1]) if steps else ()
 
 
 def print_next_steps(train_dir, result):
@@ -320,7 +308,7 @@ def checked_settings():
         if cluster is not None and cluster.job_name == "ps":
             return None, cluster
         return settings_from_flags(cluster).validate(), cluster
-    except ValueError as error:
+    except cli.UserError as error:
         cli.fail(error, code=2)
 
 
@@ -328,13 +316,10 @@ def train(settings):
     """Trains (TensorFlow loads here); returns session_loop.TrainResult or ends with one line."""
     startup.quiet_tensorflow()
     from common import error_lines  # pylint: disable=import-outside-toplevel
-    from inception import distributed  # pylint: disable=import-outside-toplevel
     from inception.driver import launch  # pylint: disable=import-outside-toplevel
-    from inception.loop import guards  # pylint: disable=import-outside-toplevel
     try:
         return launch.train(settings, log=cli.log, on_stuck=exit_now)
-    except (guards.NonFiniteLossError, guards.DivergingError,
-            distributed.ClusterError, distributed.DivergedError, ValueError) as error:
+    except cli.UserError as error:
         cli.fail(error)
     except startup.file_errors() as error:
         cli.fail(f"training stopped by a file-system error: {error_lines.file_error_cause(error)}; "
@@ -364,7 +349,7 @@ def find_learning_rate(settings):
                               FLAGS.lr_range_steps)
     try:
         result = launch.find_learning_rate(settings, test, plot, log=cli.log)
-    except ValueError as error:
+    except cli.UserError as error:
         cli.fail(error)
     cli.log(f"the smoothed loss was lowest at {result.lowest_rate:.3g}; suggested: "
             f"--initial_learning_rate={result.suggested_rate:.2g} (plot: {plot})")

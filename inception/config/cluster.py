@@ -13,10 +13,12 @@ Free of TensorFlow, so the entry point checks these flags before it loads Tensor
 import dataclasses
 import json
 
+from common import cli
+
 JOBS = ("ps", "worker")
 
 
-class ClusterConfigError(ValueError):
+class ClusterConfigError(cli.UserError):
     """The cluster flags do not describe a usable cluster; the message says what to change."""
 
 

@@ -20,13 +20,14 @@ JSON): {"stages": [{"name": "head", "steps": 2000, "scopes": [...], "loss_terms"
 import dataclasses
 import json
 
+from common import cli
 from common import files
 
 OPTIMIZERS = ("rmsprop", "momentum", "sgd", "adam")
 SCHEDULES = ("exponential", "cosine", "constant")  # parallel/schedules.py builds them
 
 
-class PlanError(ValueError):
+class PlanError(cli.UserError):
     """A training plan that cannot work; the message says what to change."""
 
 

@@ -8,6 +8,7 @@ Free of TensorFlow, like settings.py.
 
 import os
 
+from common import cli
 from common import files
 from common import holdout
 from inception.config.plans import OPTIMIZERS
@@ -40,7 +41,7 @@ DEFAULT_LEARNING_RATE_SCALING = "sqrt"  # measured: README, "Learning rate"
 FLAG_NAMES = {"num_towers": "num_gpus", "num_labels": "num_classes"}  # the original's names
 
 
-class SettingsError(ValueError):
+class SettingsError(cli.UserError):
     """A setting has a value no run can use; the message names its flag and says what to use."""
 
 
@@ -230,6 +231,19 @@ def _check_combinations(settings):
     if settings.cluster is not None and plan is not None and len(plan.stages) > 1:
         raise PlanError("distributed training runs one-stage plans only (--trainable_scopes "
                         "works); run each stage as its own run, one after the other.")
+
+
+def profile_window(words):
+    """(first, last) from --profile_steps' one or two numbers (as the flag's list gives them);
+    () when it is empty; SettingsError otherwise."""
+    try:
+        steps = tuple(int(word) for word in words)
+    except ValueError:
+        steps = ()
+    if words and len(steps) not in (1, 2):
+        raise SettingsError(f"--profile_steps={','.join(words)} takes a first and a last step, "
+                            "e.g. --profile_steps=20,25, or one step.")
+    return (steps[0], steps[-1]) if steps else ()
 
 
 def check_profile_steps(steps, max_steps, resumed_step=0):

@@ -27,11 +27,10 @@ Every wait is bounded:
 
 from inception.distributed.collective import CollectiveWorker
 from inception.distributed.connections import ClusterError
-from inception.distributed.connections import DivergedError
 from inception.distributed.parameter_server import run_parameter_server
 from inception.distributed.worker import ClusterWorker
 
-__all__ = ["ClusterError", "DivergedError", "ClusterWorker", "CollectiveWorker",
+__all__ = ["ClusterError", "ClusterWorker", "CollectiveWorker",
            "run_parameter_server", "start_worker"]
 
 

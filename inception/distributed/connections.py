@@ -7,6 +7,7 @@ import time
 
 import tensorflow as tf
 
+from common import cli
 from common import error_lines
 from inception.config.cluster import JOBS
 from inception.config.cluster import split_address
@@ -31,12 +32,8 @@ READY_FLAG_NAME = "inception_model_ready"
 EARLY_STOP_FLAG_NAME = "inception_stopped_early"
 
 
-class ClusterError(RuntimeError):
+class ClusterError(cli.UserError):
     """A task of the cluster failed, vanished or did not answer in time; one line for the user."""
-
-
-class DivergedError(RuntimeError):
-    """The shared weights are no longer finite (a worker's loss diverged)."""
 
 
 def is_reachable(address, timeout=PROBE_CONNECT_TIMEOUT_SECS):

@@ -20,7 +20,6 @@ from common import error_lines
 from inception.config.cluster import ClusterConfigError
 from inception.distributed.connections import ClusterError
 from inception.distributed.connections import CONNECTION_ERRORS
-from inception.distributed.connections import DivergedError
 from inception.distributed.connections import done_queue
 from inception.distributed.connections import EARLY_STOP_FLAG_NAME
 from inception.distributed.connections import is_reachable
@@ -33,6 +32,7 @@ from inception.distributed.connections import SHUTDOWN_TIMEOUT_SECS
 from inception.distributed.connections import start_server
 from inception.distributed.connections import unreachable_tasks
 from inception.distributed.watchdog import Watchdog
+from inception.loop import guards
 from inception.loop import replica as replica_lib
 from inception.loop import session_loop
 
@@ -301,7 +301,7 @@ class ClusterWorker(replica_lib.Replica):
         may have diverged; this chief only sees its own towers' losses)."""
         if not self._run("weights_finite", session, self.settings.step_timeout_secs,
                          "checking the weights"):
-            raise DivergedError(
+            raise guards.DivergenceError(
                 "the model's weights are no longer finite (NaN/Inf): a worker's loss diverged. "
                 "No checkpoint was written, so the newest one in --train_dir is the last good "
                 "one; lower --initial_learning_rate or check the data.")

@@ -103,8 +103,8 @@ def train(settings, log=print, on_stuck=None):
 
     Raises ValueError subclasses (SettingsError, PlanError, RunLockError, DataError,
     PlacementError, CheckpointError) with a message that says what to do, and
-    guards.NonFiniteLossError when training diverges; on a cluster also
-    distributed.ClusterError (a task lost or late) and DivergedError.
+    guards.DivergenceError when training diverges; on a cluster also
+    distributed.ClusterError (a task lost or late).
     """
     settings.validate()
     held = exclusive_run(settings.train_dir) if settings.is_chief else \

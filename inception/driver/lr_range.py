@@ -16,6 +16,7 @@ import math
 import numpy as np
 import tensorflow as tf
 
+from inception.config import rules
 from inception.loop.guards import SmoothedValue
 
 tf1 = tf.compat.v1
@@ -49,7 +50,7 @@ def suggest(rates, smoothed_losses):
     """(rate of the lowest smoothed loss, a tenth of it)."""
     finite = [(loss, rate) for rate, loss in zip(rates, smoothed_losses) if math.isfinite(loss)]
     if not finite:
-        raise ValueError("the loss was not finite at any rate; lower --lr_range_min.")
+        raise rules.SettingsError("the loss was not finite at any rate; lower --lr_range_min.")
     lowest = min(finite)[1]
     return lowest, lowest / 10.0
 

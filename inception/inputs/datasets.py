@@ -17,6 +17,7 @@ import os
 
 import tensorflow as tf
 
+from common import cli
 from common import error_lines
 from data import demo_data
 from data import folder_cache
@@ -26,7 +27,7 @@ from inception.config import recipe
 from inception.config.rules import DATASET_NAMES
 
 
-class DataError(ValueError):
+class DataError(cli.UserError):
     """The data directory or its shards cannot be used; the message says what to do."""
 
 

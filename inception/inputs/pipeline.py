@@ -21,6 +21,7 @@ import sys
 
 import tensorflow as tf
 
+from common import cli
 from common import error_lines
 from inception.config import recipe
 from inception.inputs import preprocessing
@@ -72,7 +73,7 @@ def parse_example(serialized):
     return features["image/encoded"], label, boxes, features["image/filename"]
 
 
-class InputError(ValueError):
+class InputError(cli.UserError):
     """The input stopped a run (--strict_input, or a label the model cannot represent); the
     message is one line naming the record's file where known."""
 

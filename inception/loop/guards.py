@@ -6,24 +6,34 @@ import os
 
 import tensorflow as tf
 
+from common import cli
 
-class NonFiniteLossError(RuntimeError):
-    """Training diverged: a tower's loss or update, or a variable, became NaN or infinite. The
-    message names the step that did it, the towers, the last healthy checkpoint and those set
-    aside."""
 
-    def __init__(self, step, tower_losses, last_checkpoint, tower_gradient_norms=(),
-                 variables=(), set_aside=(), cause=None):
-        self.step, self.last_checkpoint, self.set_aside = step, last_checkpoint, list(set_aside)
-        losses_bad = [i for i, value in enumerate(tower_losses) if not math.isfinite(value)]
-        norms_bad = [i for i, value in enumerate(tower_gradient_norms)
-                     if not math.isfinite(value)]
-        self.bad_towers = losses_bad or norms_bad
-        cause = cause or divergence(step, tower_losses, tower_gradient_norms, variables)
-        super().__init__(f"{cause}; "
-                         f"training stopped and {kept(last_checkpoint, set_aside)}. Lower "
-                         "--initial_learning_rate, check the data, or rerun with "
-                         "--on_nan=rollback.")
+class DivergenceError(cli.UserError):
+    """Training diverged: a tower's loss or update, or a variable, became NaN or infinite (on
+    any worker of a cluster), or the smoothed loss climbed far above its start
+    (--on_divergence=stop). The message says what, where, and what was kept; `step`,
+    `last_checkpoint`, `set_aside` and `bad_towers` say it to code (None or empty where not
+    known)."""
+
+    def __init__(self, message, step=None, last_checkpoint=None, set_aside=(),
+                 bad_towers=()):
+        super().__init__(message)
+        self.step, self.last_checkpoint = step, last_checkpoint
+        self.set_aside, self.bad_towers = list(set_aside), list(bad_towers)
+
+
+def non_finite_error(step, tower_losses, last_checkpoint, tower_gradient_norms=(),
+                     variables=(), set_aside=(), cause=None):
+    """The DivergenceError of a loss, update or variable not finite at `step`: the message names
+    the step, the towers, the last healthy checkpoint and those set aside."""
+    losses_bad = [i for i, value in enumerate(tower_losses) if not math.isfinite(value)]
+    norms_bad = [i for i, value in enumerate(tower_gradient_norms) if not math.isfinite(value)]
+    cause = cause or divergence(step, tower_losses, tower_gradient_norms, variables)
+    return DivergenceError(
+        f"{cause}; training stopped and {kept(last_checkpoint, set_aside)}. Lower "
+        "--initial_learning_rate, check the data, or rerun with --on_nan=rollback.",
+        step, last_checkpoint, set_aside, losses_bad or norms_bad)
 
 
 def divergence(step, tower_losses, tower_gradient_norms=(), variables=()):
@@ -58,10 +68,6 @@ def kept(last_checkpoint, set_aside=()):
         text += (f"; set aside, as written after the divergence began: {names} (kept as "
                  "<name>.unusable.*)")
     return text
-
-
-class DivergingError(RuntimeError):
-    """The smoothed loss climbed far above where it started (--on_divergence=stop)."""
 
 
 class SmoothedValue:
@@ -158,10 +164,9 @@ class Diverged(Exception):
         self.tower_gradient_norms, self.variables = list(tower_gradient_norms), list(variables)
 
     def error(self, last_checkpoint, set_aside=()):
-        """The NonFiniteLossError to stop with."""
-        return NonFiniteLossError(self.step, self.tower_losses, last_checkpoint,
-                                  self.tower_gradient_norms, self.variables, set_aside,
-                                  self.cause)
+        """The DivergenceError to stop with."""
+        return non_finite_error(self.step, self.tower_losses, last_checkpoint,
+                                self.tower_gradient_norms, self.variables, set_aside, self.cause)
 
 
 class VariableHealth:

@@ -66,7 +66,7 @@ def run_training(build_graph, session_config, settings, make_initializer=None, l
     `save_checkpoint_steps` / `save_interval_secs`, at the end and on SIGINT/SIGTERM, each time
     after checking that every variable is finite: a checkpoint never holds NaN or Inf. When
     training diverges, the checkpoints written since the divergence began are set aside
-    (run.health.HealthRecords.last_healthy) and it stops with guards.NonFiniteLossError
+    (run.health.HealthRecords.last_healthy) and it stops with guards.DivergenceError
     naming the step, the last healthy checkpoint and those set aside, or, with
     `settings.on_nan='rollback'`, goes back to the last healthy checkpoint (or the weights a
     fresh run started from) and on with the next batches.
@@ -83,7 +83,7 @@ def run_training(build_graph, session_config, settings, make_initializer=None, l
         saved at each step it is due for and at the end; it may stop the run early.
 
     Returns:
-      TrainResult. Raises guards.NonFiniteLossError / DivergingError, and
+      TrainResult. Raises guards.DivergenceError, and
       checkpoint_io.CheckpointError when no checkpoint restores or one cannot be written.
     """
     replica = replica or replica_lib.Replica()
@@ -300,7 +300,7 @@ class _Loop:
         if self.settings.on_divergence == "stop":
             self.writer.flush()
             healthy, set_aside = self._set_aside_diverged(step + 1)
-            raise guards.DivergingError(
+            raise guards.DivergenceError(
                 f"{warning} Training stopped (--on_divergence=stop); "
                 f"{guards.kept(healthy, set_aside)}.")
         self.log(timestamped(f"warning: {warning}"))
@@ -353,7 +353,7 @@ class _Loop:
         return healthy, newer
 
     def _recover(self, diverged, result):
-        """Stops (raising guards.NonFiniteLossError) or rolls back to the last healthy
+        """Stops (raising guards.DivergenceError) or rolls back to the last healthy
         checkpoint; returns the step rolled back to."""
         settings = self.settings
         healthy, set_aside = self._set_aside_diverged(diverged.step)

@@ -21,6 +21,7 @@ import os
 
 import tensorflow as tf
 
+from common import cli
 from common import machine
 from inception.config import recipe
 from inception.config import rules
@@ -32,7 +33,7 @@ DEFAULT_CPU_TOWERS = 2
 HOST_DEVICE = "/cpu:0"  # the input pipeline's, and the variables' with --variable_device=cpu
 
 
-class PlacementError(ValueError):
+class PlacementError(cli.UserError):
     """The requested towers do not fit the machine; the message says what to do."""
 
 

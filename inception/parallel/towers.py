@@ -19,6 +19,8 @@ import dataclasses
 
 import tensorflow as tf
 
+from inception.config import plans
+from inception.config import rules
 from inception.parallel.devices import HOST_DEVICE
 
 tf1 = tf.compat.v1
@@ -39,8 +41,8 @@ class Tower:
         names = sorted(self.loss_terms) if term_names is None else list(term_names)
         missing = [name for name in names if name not in self.loss_terms]
         if missing:
-            raise ValueError(f"unknown loss term(s) {missing}; the model defines "
-                             f"{sorted(self.loss_terms)}")
+            raise plans.PlanError(f"unknown loss term(s) {missing}; the model defines "
+                                  f"{sorted(self.loss_terms)}")
         return tf.add_n([self.loss_terms[name] for name in names], name="data_loss")
 
 
@@ -85,8 +87,9 @@ def split_batch(tensors, num_towers):
     """
     batch_size = tensors[0].shape[0]
     if batch_size is None or batch_size % num_towers:
-        raise ValueError(f"a batch of {batch_size} examples cannot be split into {num_towers} "
-                         "equal tower batches; make --batch_size a multiple of --num_gpus.")
+        raise rules.SettingsError(f"a batch of {batch_size} examples cannot be split into "
+                                  f"{num_towers} equal tower batches; make --batch_size a "
+                                  "multiple of --num_gpus.")
     with tf.name_scope("split_batch"):
         parts = [tf.split(tensor, num_towers, axis=0) for tensor in tensors]
     return [tuple(part[index] for part in parts) for index in range(num_towers)]

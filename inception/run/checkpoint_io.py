@@ -9,6 +9,7 @@ import re
 import numpy as np
 import tensorflow as tf
 
+from common import cli
 from common import error_lines
 
 tf1 = tf.compat.v1
@@ -16,7 +17,7 @@ tf1 = tf.compat.v1
 _STEP = re.compile(r"-(\d+)$")
 
 
-class CheckpointError(ValueError):
+class CheckpointError(cli.UserError):
     """A checkpoint directory cannot be used as asked; the message says what to do."""
 
 

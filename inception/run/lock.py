@@ -13,13 +13,14 @@ import fcntl
 import os
 import socket
 
+from common import cli
 from common import error_lines
 from common import files
 
 LOCK_FILE = "train.lock"
 
 
-class RunLockError(ValueError):
+class RunLockError(cli.UserError):
     """Another run holds the directory; the message names it and says what to do."""
 
 

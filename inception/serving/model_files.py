@@ -13,6 +13,7 @@ import dataclasses
 import json
 import os
 
+from common import cli
 from common import image_limits
 from inception.config import recipe
 
@@ -24,11 +25,11 @@ LABELS_FILE = "labels.txt"
 DEFAULT_TOP_K = 5
 
 
-class ConversionError(ValueError):
+class ConversionError(cli.UserError):
     """A converter could not turn the graph into a model file; one line naming the cause."""
 
 
-class ModelFileError(ValueError):
+class ModelFileError(cli.UserError):
     """A model file, or the description beside it, cannot be used; one line saying why."""
 
 

@@ -9,10 +9,12 @@ import os
 
 import numpy as np
 
+from common import cli
+
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp")
 
 
-class ImageError(ValueError):
+class ImageError(cli.UserError):
     """One image cannot be classified (not an image, too large); the message is one line."""
 
 

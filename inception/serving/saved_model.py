@@ -25,6 +25,7 @@ import tempfile
 
 import tensorflow as tf
 
+from common import cli
 from common import error_lines
 from common import files
 from common import image_limits
@@ -52,7 +53,7 @@ LIMIT_CONSTANT = "max_image_pixels"
 BACKGROUND_TEXT = "background"
 
 
-class ExportError(ValueError):
+class ExportError(cli.UserError):
     """The export cannot be written as asked; the message says what to do."""
 
 

@@ -6,6 +6,7 @@ import os
 
 import tensorflow as tf
 
+from common import cli
 from common import error_lines
 from common import image_limits
 from inception.inputs import datasets
@@ -18,7 +19,7 @@ from inception.serving import saved_model
 tf1 = tf.compat.v1
 
 
-class ModelSourceError(ValueError):
+class ModelSourceError(cli.UserError):
     """--model names nothing that can classify; the message says what to pass."""
 
 

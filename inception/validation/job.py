@@ -7,6 +7,7 @@ import time
 
 import tensorflow as tf
 
+from common import cli
 from common import error_lines
 from inception.inputs import datasets
 from inception.inputs import pipeline
@@ -81,7 +82,7 @@ def wait_for_settings(evaluation, stop, log=print, sleep=time.sleep):
     return False
 
 
-class EvalDirError(ValueError):
+class EvalDirError(cli.UserError):
     """The summaries cannot be written where they would go; the message says what to pass."""
 
 

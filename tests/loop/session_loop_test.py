@@ -141,7 +141,7 @@ class NanCheckTest(unittest.TestCase):
 
     def test_nan_in_a_tower_that_is_not_the_last_is_caught_and_named(self):
         train_dir = testing_utils.temp_dir("nan")
-        with self.assertRaises(guards.NonFiniteLossError) as caught:
+        with self.assertRaises(guards.DivergenceError) as caught:
             run(train_dir, 20, nan_tower=0, nan_from_step=8)
         error = caught.exception
         self.assertEqual(error.step, 8)
@@ -159,7 +159,7 @@ class NanCheckTest(unittest.TestCase):
         # checkpoint is due at step 10: the step is caught there, not at step 11, and no
         # checkpoint holds the poison.
         train_dir = testing_utils.temp_dir("nan_update")
-        with self.assertRaises(guards.NonFiniteLossError) as caught:
+        with self.assertRaises(guards.DivergenceError) as caught:
             run(train_dir, 20, nan_gradient_from_step=10)
         error = caught.exception
         self.assertEqual(error.step, 10)
@@ -184,7 +184,7 @@ class NanCheckTest(unittest.TestCase):
         for max_steps, statistic_step in ((20, 7), (3, 2)):
             with self.subTest(max_steps=max_steps):
                 train_dir = testing_utils.temp_dir("inf_statistic")
-                with self.assertRaises(guards.NonFiniteLossError) as caught:
+                with self.assertRaises(guards.DivergenceError) as caught:
                     run(train_dir, max_steps, inf_statistic_at_step=statistic_step)
                 saved_at = 10 if max_steps == 20 else 3
                 self.assertIn(f"not finite at step {saved_at} (e.g. net/statistic)",
@@ -194,7 +194,7 @@ class NanCheckTest(unittest.TestCase):
 
     def test_nan_in_the_last_tower_is_caught_too(self):
         train_dir = testing_utils.temp_dir("nan_last")
-        with self.assertRaises(guards.NonFiniteLossError) as caught:
+        with self.assertRaises(guards.DivergenceError) as caught:
             run(train_dir, 20, nan_tower=NUM_TOWERS - 1, nan_from_step=3)
         self.assertEqual(caught.exception.bad_towers, [NUM_TOWERS - 1])
         self.assertIsNone(RunDirectory(train_dir).newest())
@@ -241,7 +241,7 @@ class RollbackTest(unittest.TestCase):
     def test_rollbacks_give_up_after_the_limit(self):
         train_dir = testing_utils.temp_dir("rollback_limit")
         lines = []
-        with self.assertRaises(guards.NonFiniteLossError) as caught:
+        with self.assertRaises(guards.DivergenceError) as caught:
             run(train_dir, 40, log=lines.append,
                 settings={"on_nan": "rollback", "max_nan_rollbacks": 2},
                 input_fn=lambda batch: poisoned_batches(7))

@@ -7,6 +7,7 @@ import numpy as np
 import tensorflow as tf
 from absl.testing import absltest
 
+from common import cli
 from inception.config import plans
 from inception.config import settings as settings_lib
 from inception.loop import session_loop
@@ -195,7 +196,7 @@ class PlanErrorsTest(unittest.TestCase):
 
     def test_unknown_loss_term(self):
         plan = plans.TrainingPlan((plans.Stage("x", loss_terms=("critic_loss",)),))
-        with self.assertRaisesRegex(ValueError, "unknown loss term"):
+        with self.assertRaisesRegex(cli.UserError, "unknown loss term"):
             self.build(plan)
 
 

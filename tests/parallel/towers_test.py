@@ -6,6 +6,7 @@ import numpy as np
 import tensorflow as tf
 from absl.testing import absltest
 
+from common import cli
 from inception.model import network
 from inception.model.slim_compat import tf_slim as slim
 from inception.parallel import towers
@@ -131,7 +132,7 @@ class TowerStructureTest(unittest.TestCase):
 
     def test_split_batch_rejects_uneven_batches(self):
         with tf.Graph().as_default():
-            with self.assertRaisesRegex(ValueError, "multiple of --num_gpus"):
+            with self.assertRaisesRegex(cli.UserError, "multiple of --num_gpus"):
                 towers.split_batch((tf.zeros([6, 2]),), 4)
 
     def test_batch_norm_updates_come_from_tower_zero_only(self):

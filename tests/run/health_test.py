@@ -104,7 +104,7 @@ class HealthyCheckpointTest(unittest.TestCase):
     def test_a_huge_rate_stops_naming_the_checkpoint_before_it_and_a_rerun_finishes(self):
         train_dir = testing_utils.temp_dir("huge_rate")
         run(train_dir, 12)
-        with self.assertRaises(guards.NonFiniteLossError) as caught:
+        with self.assertRaises(guards.DivergenceError) as caught:
             run(train_dir, 30, learning_rate=1e12)
         error = caught.exception
         healthy = os.path.join(train_dir, "model.ckpt-12")

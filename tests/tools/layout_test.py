@@ -1,6 +1,7 @@
 """The folder tree shows the architecture, and the BUILD files say so truly: every target's
 deps are what its sources import (tools/build_deps.py), no two module names of the application
-can be confused, no file or function grows past what a reader takes in at once."""
+can be confused, no file or function grows past what a reader takes in at once, and every
+error meant for users is a common.cli.UserError, the one class the entry points catch."""
 
 import ast
 import os
@@ -13,6 +14,11 @@ from tools import build_deps
 MAX_FILE_LINES = 400
 MAX_FUNCTION_LINES = 60
 FIRST_PARTY = ("common", "data", "inception", "tests", "bench", "tools")
+APPLICATION = ("common", "data", "inception")
+# Errors that never reach a user as such: the image converter's skip signal.
+INTERNAL_ERRORS = {"UndecodableImageError"}
+ENTRY_POINTS = ("inception/train.py", "inception/eval.py", "inception/export.py",
+                "inception/classify.py", "data/builder_cli.py", "data/process_bounding_boxes.py")
 
 
 def source_root():
@@ -75,6 +81,30 @@ class LayoutTest(unittest.TestCase):
                         length = node.end_lineno - node.lineno + 1
                         self.assertLessEqual(length, MAX_FUNCTION_LINES,
                                              f"{node.name} has {length} lines")
+
+    def test_every_error_class_is_a_user_error_and_entry_points_catch_only_that(self):
+        bases = {}
+        for path in python_files(self.root, APPLICATION):
+            with open(os.path.join(self.root, path), encoding="utf-8") as handle:
+                for node in ast.walk(ast.parse(handle.read(), path)):
+                    if isinstance(node, ast.ClassDef):
+                        bases[node.name] = [ast.unparse(base).split(".")[-1]
+                                            for base in node.bases]
+
+        def is_user_error(name):
+            return name == "UserError" or any(is_user_error(base)
+                                               for base in bases.get(name, ()))
+        for name in sorted(bases):
+            if name.endswith("Error") and name not in INTERNAL_ERRORS | {"UserError"}:
+                with self.subTest(error=name):
+                    self.assertTrue(is_user_error(name), f"{name} derives from {bases[name]}")
+        for path in ENTRY_POINTS:
+            with open(os.path.join(self.root, path), encoding="utf-8") as handle:
+                tree = ast.parse(handle.read(), path)
+            caught = [ast.unparse(node.type) for node in ast.walk(tree)
+                      if isinstance(node, ast.ExceptHandler) and node.type is not None]
+            with self.subTest(entry_point=path):
+                self.assertFalse([kind for kind in caught if "ValueError" in kind], caught)
 
 
 if __name__ == "__main__":

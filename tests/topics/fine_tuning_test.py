@@ -7,6 +7,7 @@ import numpy as np
 import tensorflow as tf
 from absl.testing import absltest
 
+from common import cli
 from inception.config import plans
 from inception.config import settings as settings_lib
 from inception.driver import launch
@@ -146,7 +147,7 @@ class FineTuningTest(unittest.TestCase):
         with self.assertRaisesRegex(checkpoint_io.CheckpointError, "/nonexistent does not exist"):
             launch.train(options(train_dir, pretrained_model_checkpoint_path="/nonexistent"),
                          log=lambda line: None)
-        with self.assertRaisesRegex(ValueError, "need --pretrained_model_checkpoint_path"):
+        with self.assertRaisesRegex(cli.UserError, "need --pretrained_model_checkpoint_path"):
             launch.train(options(train_dir, fine_tune=True), log=lambda line: None)
 
     def test_scope_that_matches_nothing(self):

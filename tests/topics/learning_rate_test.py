@@ -8,6 +8,7 @@ import numpy as np
 import tensorflow as tf
 from absl.testing import absltest
 
+from common import cli
 from inception.config import plans
 from inception.config import recipe
 from inception.config import settings as settings_lib
@@ -143,14 +144,14 @@ class DivergenceTest(unittest.TestCase):
         lines = []
         try:
             launch.train(self.options(), log=lines.append)
-        except guards.NonFiniteLossError:
+        except guards.DivergenceError:
             pass  # it may blow up later; the warning must have come first
         warnings = [line for line in lines if "warning: the loss is climbing" in line]
         self.assertEqual(len(warnings), 1, lines[-10:])
         self.assertRegex(warnings[0], r"smoothed loss [\d.]+ at step \d+, [\d.]+x its")
 
     def test_on_divergence_stop_ends_the_run_with_the_warning(self):
-        with self.assertRaisesRegex(guards.DivergingError,
+        with self.assertRaisesRegex(guards.DivergenceError,
                                     "the loss is climbing.*--on_divergence=stop"):
             launch.train(self.options(on_divergence="stop"), log=lambda line: None)
 
@@ -164,7 +165,7 @@ class RangeTestTest(unittest.TestCase):
         lowest, suggested = lr_range.suggest(rates, losses)
         self.assertAlmostEqual(lowest, max(rate for rate in rates if rate < 0.01))
         self.assertAlmostEqual(suggested, lowest / 10)
-        with self.assertRaisesRegex(ValueError, "not finite at any rate"):
+        with self.assertRaisesRegex(cli.UserError, "not finite at any rate"):
             lr_range.suggest([1.0], [float("nan")])
 
     def test_the_range_test_runs_plots_suggests_and_writes_no_checkpoint(self):

@@ -2,6 +2,7 @@
 one-line errors, flag parsing."""
 
 import contextlib
+import datetime
 import os
 import sys
 import tempfile
@@ -65,6 +66,12 @@ def user_path(path):
     path = os.path.expanduser(path)
     base = os.environ.get("BUILD_WORKING_DIRECTORY", os.getcwd())
     return os.path.normpath(os.path.join(base, path))
+
+
+def timestamped(message):
+    """`message` prefixed with the local time, as the training loop's and a cluster task's log
+    lines are."""
+    return f"{datetime.datetime.now():%Y-%m-%d %H:%M:%S}: {message}"
 
 
 def fail(message, code=1):

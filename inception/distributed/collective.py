@@ -22,6 +22,7 @@ import time
 
 import tensorflow as tf
 
+from common import cli
 from inception.distributed.connections import ClusterError
 from inception.distributed.connections import run_options
 from inception.distributed.connections import SHUTDOWN_TIMEOUT_SECS
@@ -29,7 +30,6 @@ from inception.distributed.worker import ClusterWorker
 from inception.loop import guards
 from inception.loop import replica as replica_lib
 from inception.loop import resume
-from inception.loop.session_loop import timestamped
 from inception.parallel import all_reduce
 from inception.parallel import copies as copies_lib
 from inception.parallel.devices import HOST_DEVICE
@@ -109,7 +109,7 @@ class CollectiveWorker(ClusterWorker):
 
     def wait_until_ready(self, session):
         """Non-chief start: receives the chief's variables; returns the global step."""
-        self._log(timestamped(f"{self.settings.describe()}: waiting for the chief (worker 0 at "
+        self._log(cli.timestamped(f"{self.settings.describe()}: waiting for the chief (worker 0 at "
                               f"{self.settings.worker_hosts[0]}) to send the model"))
         self._run("init", session, self.settings.step_timeout_secs, "initializing")
         self._receive_or_send(session)
@@ -121,7 +121,7 @@ class CollectiveWorker(ClusterWorker):
         if not self.is_chief:
             return
         self._receive_or_send(session)
-        self._log(timestamped(
+        self._log(cli.timestamped(
             f"{self.settings.describe()}: sent the model to the other worker(s); each step "
             "sums the gradients of every tower of every worker"))
 

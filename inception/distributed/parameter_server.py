@@ -5,6 +5,7 @@ import time
 
 import tensorflow as tf
 
+from common import cli
 from inception.distributed.connections import ClusterError
 from inception.distributed.connections import done_queue
 from inception.distributed.connections import is_reachable
@@ -13,7 +14,6 @@ from inception.distributed.connections import PROBE_INTERVAL_SECS
 from inception.distributed.connections import ps_device
 from inception.distributed.connections import PS_SIGNAL_GRACE_SECS
 from inception.distributed.connections import start_server
-from inception.loop import session_loop
 from inception.loop.stop_request import StopRequest
 
 tf1 = tf.compat.v1
@@ -28,7 +28,7 @@ def run_parameter_server(settings, log=print):
     disappears without saying it is done.
     """
     server = start_server(settings, tf1.ConfigProto(device_count={"GPU": 0}))
-    log(session_loop.timestamped(f"{settings.describe()}: serving variables"))
+    log(cli.timestamped(f"{settings.describe()}: serving variables"))
     # The queue is polled, never waited on with a timeout: a timed-out wait on the server's
     # own master can deadlock TensorFlow's cancellation (measured, after some hundred waits).
     graph = tf.Graph()
@@ -54,7 +54,7 @@ def run_parameter_server(settings, log=print):
                 continue
             watch.probe(time.time())
             time.sleep(PROBE_INTERVAL_SECS)
-    log(session_loop.timestamped(f"all {settings.num_workers} worker(s) are done; parameter "
+    log(cli.timestamped(f"all {settings.num_workers} worker(s) are done; parameter "
                                  f"server {settings.task_id} exits"))
     return None
 

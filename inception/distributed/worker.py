@@ -16,6 +16,7 @@ import time
 
 import tensorflow as tf
 
+from common import cli
 from common import error_lines
 from inception.config.cluster import ClusterConfigError
 from inception.distributed.connections import ClusterError
@@ -34,7 +35,6 @@ from inception.distributed.connections import unreachable_tasks
 from inception.distributed.watchdog import Watchdog
 from inception.loop import guards
 from inception.loop import replica as replica_lib
-from inception.loop import session_loop
 
 tf1 = tf.compat.v1
 
@@ -191,7 +191,7 @@ class ClusterWorker(replica_lib.Replica):
                     and not is_reachable(address)]
         missing = absent()
         if missing:
-            self._log(session_loop.timestamped(f"waiting for {', '.join(missing)} to come up"))
+            self._log(cli.timestamped(f"waiting for {', '.join(missing)} to come up"))
         while missing:
             if time.time() > deadline:
                 raise late(missing)
@@ -208,7 +208,7 @@ class ClusterWorker(replica_lib.Replica):
     def wait_until_ready(self, session):
         """Waits for the chief to initialize or restore the model; returns the global step."""
         deadline = time.time() + self.settings.startup_timeout_secs
-        self._log(session_loop.timestamped(f"{self.settings.describe()}: waiting for the chief "
+        self._log(cli.timestamped(f"{self.settings.describe()}: waiting for the chief "
                                            f"(worker 0 at {self.settings.worker_hosts[0]}) to "
                                            "initialize the model"))
         while not self._run("is_ready", session, PROBE_INTERVAL_SECS * 5,
@@ -232,7 +232,7 @@ class ClusterWorker(replica_lib.Replica):
         threading.Thread(target=self._apply_updates, args=(session,), daemon=True,
                          name="sync_replicas_updates").start()
         self._run("set_ready", session, timeout, "starting")
-        self._log(session_loop.timestamped(
+        self._log(cli.timestamped(
             f"{self.settings.describe()}: each update averages the gradients of "
             f"{self.settings.replicas_to_aggregate} worker(s)"))
 

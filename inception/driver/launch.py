@@ -11,6 +11,7 @@ import functools
 import tensorflow as tf
 from tensorflow.python.framework import config as tf_config
 
+from common import cli
 from common import error_lines
 from common import files
 from inception import distributed
@@ -20,7 +21,6 @@ from inception.driver import resolution
 from inception.inputs import pipeline
 from inception.loop import resume
 from inception.loop import session_loop
-from inception.loop.session_loop import timestamped
 from inception.model import network
 from inception.parallel import devices
 from inception.parallel import step_graph
@@ -160,7 +160,7 @@ def _run_training(run, log, on_stuck):
     settings = run.settings
     if settings.is_chief:
         RunDirectory(settings.train_dir).write_settings(settings)
-    log(timestamped(describe_run(run)))
+    log(cli.timestamped(describe_run(run)))
     config = run.placement.session_config()
     replica = (distributed.start_worker(settings.cluster, config, log, on_stuck)
                if settings.cluster is not None else None)
@@ -189,7 +189,7 @@ def find_learning_rate(settings, test, plot_path, log=print):
     lock: the directory of a run is left as it was."""
     settings.validate()
     run = resolution.resolve_run(settings, log)
-    log(timestamped(f"learning-rate range test, {test.steps} steps from {test.min_rate:g} to "
+    log(cli.timestamped(f"learning-rate range test, {test.steps} steps from {test.min_rate:g} to "
                     f"{test.max_rate:g}: {describe_run(run)}"))
     graph = tf.Graph()
     with graph.as_default():

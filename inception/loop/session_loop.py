@@ -5,15 +5,14 @@ and owns everything with side effects: files in `train_dir` and the log.
 """
 
 import dataclasses
-import datetime
 import gc
 import math
-import os
 import time
 
 import numpy as np
 import tensorflow as tf
 
+from common import cli
 from inception.config import tags
 from inception.loop import dashboard
 from inception.loop import guards
@@ -21,11 +20,11 @@ from inception.loop import log_notes
 from inception.loop import profiling
 from inception.loop import replica as replica_lib
 from inception.loop import resume
+from inception.loop import rollback
 from inception.loop.cadence import LoopCadences
 from inception.loop.stop_request import StopRequest
 from inception.parallel import copies as copies_lib
 from inception.parallel import step_graph as step_graph_lib
-from inception.run.checkpoint_io import step_of
 from inception.run.directory import RunDirectory
 from inception.run.health import SaveRecord
 
@@ -47,11 +46,6 @@ class TrainResult:
     stopped_by_peer: bool = False
     stopped_early: bool = False
     last_validation: object = None
-
-
-def timestamped(message):
-    """`message` prefixed with the local time, as every log line of the loop is."""
-    return f"{datetime.datetime.now():%Y-%m-%d %H:%M:%S}: {message}"
 
 
 def run_training(build_graph, session_config, settings, make_initializer=None, log=print,
@@ -170,7 +164,7 @@ def _start_session(session, built, checkpoint, replica, log):
     the replica; returns the step training continues from."""
     step = built.start(session)
     if checkpoint:
-        log(timestamped(f"resumed from {checkpoint} (step {step})"))
+        log(cli.timestamped(f"resumed from {checkpoint} (step {step})"))
     resume.start_input(session, built.train_graph, built.local_init)
     replica.begin(session)
     return step
@@ -183,13 +177,13 @@ class _Loop:
     def __init__(self, session, built, settings, replica, log, validation):
         self.session, self.saver, self.graph = session, built.saver, built.train_graph
         self.settings, self.replica, self.log = settings, replica, log
-        self.validation, self.keep_position = validation, built.keep_position
-        self.restart, self.health = built.start, built.health
+        self.validation, self.health = validation, built.health
         self.run_dir = RunDirectory(settings.train_dir)
         self.writer = replica_lib.NoSummaryWriter()
         self.watch = guards.LossWatch()
-        self.rollbacks = 0
-        self.resumed_from = None  # the checkpoint this run started from
+        self.rollbacks = rollback.Rollbacks(session, built.saver, built.train_graph,
+                                            self.run_dir, replica, settings, log, built.start,
+                                            built.keep_position)
         self.unverified = None  # the newest checkpoint whose first step has not run yet
         self.last_loss = self.last_norm = float("nan")
         self.profiler = profiling.StepProfiler(
@@ -198,7 +192,7 @@ class _Loop:
     def run(self, step, checkpoint):
         """Trains from `step` to settings.max_steps (or a stop request); returns TrainResult."""
         settings = self.settings
-        self.resumed_from = self.unverified = checkpoint
+        self.rollbacks.resumed_from = self.unverified = checkpoint
         if self.replica.is_chief:
             self.writer = tf1.summary.FileWriter(
                 settings.train_dir, self.session.graph if checkpoint is None else None)
@@ -225,7 +219,7 @@ class _Loop:
                     not self.replica.agree_to_stop(stop.requested, early):
                 if self.graph.plan.stage_index_at(step) != stage_index:
                     stage_index = self.graph.plan.stage_index_at(step)
-                    self.log(timestamped(step_graph_lib.describe_stage(
+                    self.log(cli.timestamped(step_graph_lib.describe_stage(
                         self.graph, stage_index, self.settings.max_steps)))
                 try:
                     step, ended = self._step(step, stage_index, cadences, result)
@@ -244,7 +238,8 @@ class _Loop:
                 try:
                     result.checkpoint = self._save(step)
                 except guards.Diverged as diverged:
-                    raise diverged.error(*self._set_aside_diverged(diverged.step)) from None
+                    raise diverged.error(*self.rollbacks.set_aside_diverged(
+                        diverged.step, self.watch)) from None
             if self.validation is not None and not stop.requested and \
                     self.validation.last_step != step:
                 self._validate(result, cadences)
@@ -299,11 +294,11 @@ class _Loop:
             return
         if self.settings.on_divergence == "stop":
             self.writer.flush()
-            healthy, set_aside = self._set_aside_diverged(step + 1)
+            healthy, set_aside = self.rollbacks.set_aside_diverged(step + 1, self.watch)
             raise guards.DivergenceError(
                 f"{warning} Training stopped (--on_divergence=stop); "
                 f"{guards.kept(healthy, set_aside)}.")
-        self.log(timestamped(f"warning: {warning}"))
+        self.log(cli.timestamped(f"warning: {warning}"))
 
     def _maybe_log(self, step, cadences, result, notes):
         """The loss line when due, and the notes (log_notes.LogNotes) that follow it."""
@@ -313,7 +308,7 @@ class _Loop:
         steps_done = max(step - cadences.interval_step, 1)
         elapsed = max(now - cadences.interval_start, 1e-9)
         examples_per_sec = self.graph.examples_per_step * steps_done / elapsed
-        self.log(timestamped(f"step {step}, loss = {result.last_mean_loss:.4f} "
+        self.log(cli.timestamped(f"step {step}, loss = {result.last_mean_loss:.4f} "
                              f"({examples_per_sec:.1f} examples/sec; "
                              f"{elapsed / steps_done:.3f} sec/batch)"))
         self._scalar(tags.EXAMPLES_PER_SEC, examples_per_sec, step)
@@ -339,58 +334,11 @@ class _Loop:
         self.unverified = path
         return path
 
-    def _set_aside_diverged(self, failed_step):
-        """Sets aside every checkpoint newer than the last healthy one after the run diverged
-        at `failed_step`; returns (the last healthy checkpoint or None, those set aside)."""
-        if not self.replica.is_chief:
-            return None, []
-        healthy = self.run_dir.health.last_healthy(self.watch.first_bad_weights(failed_step))
-        newer = sorted((path for path in self.run_dir.candidates()
-                        if healthy is None or step_of(path) > step_of(healthy)), key=step_of)
-        if newer:
-            self.run_dir.set_aside(newer)
-            self.saver.recover_last_checkpoints(self.run_dir.listed())
-        return healthy, newer
-
     def _recover(self, diverged, result):
-        """Stops (raising guards.DivergenceError) or rolls back to the last healthy
-        checkpoint; returns the step rolled back to."""
-        settings = self.settings
-        healthy, set_aside = self._set_aside_diverged(diverged.step)
-        result.checkpoint = healthy
-        if settings.on_nan != "rollback" or self.rollbacks >= settings.max_nan_rollbacks:
-            if settings.on_nan == "rollback":
-                self.log(f"{self.rollbacks} rollback(s) already (--max_nan_rollbacks="
-                         f"{settings.max_nan_rollbacks}); stopping.")
-            raise diverged.error(healthy, set_aside) from None
-        target = self._roll_back_to(healthy)
-        if target is None:
-            raise diverged.error(healthy, set_aside) from None
-        self.rollbacks += 1
-        self.watch.restart()
-        step = int(self.session.run(self.graph.global_step))
-        aside = (f"; set aside {', '.join(os.path.basename(p) for p in set_aside)} (kept as "
-                 "<name>.unusable.*)" if set_aside else "")
-        self.log(timestamped(
-            f"{diverged}; rolled back to {target} (step {step}), skipping the "
-            f"{diverged.step - step} batch(es) since (rollback {self.rollbacks} of at most "
-            f"{settings.max_nan_rollbacks}){aside}."))
-        self._scalar(tags.NAN_ROLLBACKS, self.rollbacks, diverged.step)
+        """Stops (raising guards.DivergenceError) or rolls back to the last healthy checkpoint
+        (rollback.Rollbacks); returns the step rolled back to."""
+        step, result.checkpoint = self.rollbacks.recover(diverged, self.watch)
+        self.unverified = None
+        self._scalar(tags.NAN_ROLLBACKS, self.rollbacks.count, diverged.step)
         self.writer.flush()
         return step
-
-    def _roll_back_to(self, healthy):
-        """Restores `healthy` (None: the weights a fresh run started from), the input going on;
-        returns what it restored, in words, or None when nothing healthy can be restored."""
-        if healthy is None and self.resumed_from is not None:
-            return None  # the checkpoint this run resumed from is itself unhealthy
-        if healthy is None or healthy == self.resumed_from:
-            self.keep_position(self.session, self.restart)  # restores as at the start
-        else:
-            try:
-                self.keep_position(self.session, lambda s: self.saver.restore(s, healthy))
-            except tf.errors.OpError:
-                return None  # an older run's checkpoint of another plan: a rerun resumes it
-            resume.fill_copies(self.session, self.graph)
-        self.unverified = None
-        return healthy or "the weights this run started from"

@@ -1,0 +1,84 @@
+"""What the training loop does once training diverged: set aside the checkpoints written since
+the divergence began, then stop or, with --on_nan=rollback, go back to the last healthy
+checkpoint (or the weights a fresh run started from) and on with the next batches."""
+
+import os
+
+import tensorflow as tf
+
+from common import cli
+from inception.loop import resume
+from inception.run.checkpoint_io import step_of
+
+
+class Rollbacks:
+    """The set-aside and rollback of one run.
+
+    Args:
+      session, saver, graph: the loop's session, its Saver and step_graph.TrainGraph.
+      run_dir: run.directory.RunDirectory; replica: loop.replica.Replica (a non-chief sets
+        nothing aside); settings: settings.LoopSettings; log: callable(str).
+      restart: callable(session) -> step, the run's start (built by loop/resume.py);
+      keep_position: resume.keeping_input_position's callable.
+    """
+
+    def __init__(self, session, saver, graph, run_dir, replica, settings, log, restart,
+                 keep_position):
+        self.session, self.saver, self.graph = session, saver, graph
+        self.run_dir, self.replica, self.settings, self.log = run_dir, replica, settings, log
+        self.restart, self.keep_position = restart, keep_position
+        self.count = 0
+        self.resumed_from = None  # the checkpoint this run started from
+
+    def set_aside_diverged(self, failed_step, watch):
+        """Sets aside every checkpoint newer than the last healthy one after the run diverged
+        at `failed_step` (`watch`: the loop's guards.LossWatch); returns (the last healthy
+        checkpoint or None, those set aside)."""
+        if not self.replica.is_chief:
+            return None, []
+        healthy = self.run_dir.health.last_healthy(watch.first_bad_weights(failed_step))
+        newer = sorted((path for path in self.run_dir.candidates()
+                        if healthy is None or step_of(path) > step_of(healthy)), key=step_of)
+        if newer:
+            self.run_dir.set_aside(newer)
+            self.saver.recover_last_checkpoints(self.run_dir.listed())
+        return healthy, newer
+
+    def recover(self, diverged, watch):
+        """Stops (raising guards.DivergenceError) or rolls back after `diverged` (a
+        guards.Diverged); returns (the step rolled back to, the checkpoint restored or None)."""
+        settings = self.settings
+        healthy, set_aside = self.set_aside_diverged(diverged.step, watch)
+        if settings.on_nan != "rollback" or self.count >= settings.max_nan_rollbacks:
+            if settings.on_nan == "rollback":
+                self.log(f"{self.count} rollback(s) already (--max_nan_rollbacks="
+                         f"{settings.max_nan_rollbacks}); stopping.")
+            raise diverged.error(healthy, set_aside) from None
+        target = self._roll_back_to(healthy)
+        if target is None:
+            raise diverged.error(healthy, set_aside) from None
+        self.count += 1
+        watch.restart()
+        step = int(self.session.run(self.graph.global_step))
+        aside = (f"; set aside {', '.join(os.path.basename(p) for p in set_aside)} (kept as "
+                 "<name>.unusable.*)" if set_aside else "")
+        self.log(cli.timestamped(
+            f"{diverged}; rolled back to {target} (step {step}), skipping the "
+            f"{diverged.step - step} batch(es) since (rollback {self.count} of at most "
+            f"{settings.max_nan_rollbacks}){aside}."))
+        return step, healthy
+
+    def _roll_back_to(self, healthy):
+        """Restores `healthy` (None: the weights a fresh run started from), the input going on;
+        returns what it restored, in words, or None when nothing healthy can be restored."""
+        if healthy is None and self.resumed_from is not None:
+            return None  # the checkpoint this run resumed from is itself unhealthy
+        if healthy is None or healthy == self.resumed_from:
+            self.keep_position(self.session, self.restart)  # restores as at the start
+        else:
+            try:
+                self.keep_position(self.session, lambda s: self.saver.restore(s, healthy))
+            except tf.errors.OpError:
+                return None  # an older run's checkpoint of another plan: a rerun resumes it
+            resume.fill_copies(self.session, self.graph)
+        return healthy or "the weights this run started from"

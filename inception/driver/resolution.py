@@ -9,6 +9,8 @@ contradicts them is an error.
 
 import dataclasses
 
+import tensorflow as tf
+
 from inception.config import recipe
 from inception.config import rules
 from inception.config import settings as settings_lib
@@ -17,8 +19,6 @@ from inception.inputs import datasets
 from inception.model.slim_compat import tf_slim as slim
 from inception.parallel import devices
 from inception.run import checkpoint_io
-from inception.run.directory import merge_stored_model
-from inception.run.directory import pretrained_checkpoint
 from inception.run.directory import RunDirectory
 
 
@@ -162,3 +162,48 @@ def pretrained_initializer_factory(init, log):
     return lambda: checkpoint_io.pretrained_initializer(
         pretrained_checkpoint(init.pretrained_model_checkpoint_path, log),
         slim.get_model_variables(), excluded, log)
+
+
+def merge_stored_model(stored, requested, explicit):
+    """The model settings of a run in a directory that already has some.
+
+    Args:
+      stored: ModelSettings from the directory, or None.
+      requested: ModelSettings from flags and data-set defaults.
+      explicit: names of the fields the user set explicitly (by a flag, or through the data).
+
+    Returns the stored settings; raises CheckpointError when an explicit setting contradicts
+    them, in the terms the user passed (labels, not logits).
+    """
+    if stored is None:
+        return requested
+    if "num_classes" in explicit and stored.num_classes != requested.num_classes:
+        raise checkpoint_io.CheckpointError(
+            f"the checkpoints here were trained on {stored.num_classes - 1} labels "
+            f"({stored.dataset}), but this data has {requested.num_classes - 1}; pass a new "
+            "--train_dir (to start from these weights there: --pretrained_model_checkpoint_path="
+            "<this directory> --fine_tune).")
+    for field in dataclasses.fields(settings_lib.ModelSettings):
+        name = field.name
+        if name in explicit and getattr(stored, name) != getattr(requested, name):
+            flag = f"--{name}" if name != "dataset" else "--dataset (or --data_dir)"
+            raise checkpoint_io.CheckpointError(
+                f"the checkpoints here were trained with {name}={getattr(stored, name)!r}, "
+                f"not {getattr(requested, name)!r}; drop {flag} or pass a new --train_dir.")
+    return stored
+
+
+def pretrained_checkpoint(path, log=print):
+    """A checkpoint prefix from --pretrained_model_checkpoint_path: a prefix, or a directory
+    (its newest usable checkpoint)."""
+    if tf.io.gfile.isdir(path):
+        newest = RunDirectory(path).newest_usable(log)
+        if newest is None:
+            raise checkpoint_io.CheckpointError(
+                f"no checkpoint in directory {path}; pass a checkpoint file such as "
+                ".../inception_v3.ckpt or .../model.ckpt-1000.")
+        return newest
+    if not (tf.io.gfile.exists(path + ".index") or tf.io.gfile.exists(path)):
+        raise checkpoint_io.CheckpointError(
+            f"--pretrained_model_checkpoint_path={path} does not exist.")
+    return path

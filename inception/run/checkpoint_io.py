@@ -109,7 +109,7 @@ FINE_TUNE_EXCLUDED_SCOPES = ("InceptionV3/Logits", "InceptionV3/AuxLogits")
 
 def pretrained_initializer(checkpoint_path, variables, exclude_scopes=(), log=print):
     """Prepares restoring `variables` (except those under `exclude_scopes`) from the checkpoint
-    prefix `checkpoint_path` (run.directory.pretrained_checkpoint resolves a directory).
+    prefix `checkpoint_path` (driver.resolution.pretrained_checkpoint resolves a directory).
 
     Call while the graph is being built; returns callable(session) that restores. Names must
     match (`InceptionV3/...`, as in tf-slim's published checkpoint and in ours); a missing

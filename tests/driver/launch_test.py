@@ -121,7 +121,7 @@ class BadInputTest(unittest.TestCase):
 
     def test_batch_size_not_divisible_by_towers(self):
         self.assert_fails_without_writing(
-            tiny_options(testing_utils.temp_dir("bad"), batch_size=5), ValueError,
+            tiny_options(testing_utils.temp_dir("bad"), batch_size=5), settings_lib.SettingsError,
             "--batch_size=5 does not split evenly over --num_gpus=2 towers")
 
     def test_missing_data_dir(self):

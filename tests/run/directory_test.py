@@ -83,11 +83,12 @@ READ_ONLY_TRAIN = """
 import sys
 sys.path[:0] = {path!r}
 from inception.config import settings as settings_lib
+from common import cli
 from inception.driver import launch
 try:
     launch.train(settings_lib.train_settings(train_dir={train_dir!r}, max_steps=1,
                                            num_towers=1, eval_every_n_steps=0), log=print)
-except ValueError as error:
+except cli.UserError as error:
     print("ERROR", error)
 """
 

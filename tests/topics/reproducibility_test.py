@@ -124,7 +124,7 @@ class DeterministicTest(unittest.TestCase):
             None, None, "Deterministic GPU implementation of unsorted segment reduction op not "
             "available.\n\t [[{{node UnsortedSegmentSum}}]]")
         explained = launch.explain_determinism(error)
-        self.assertIsInstance(explained, ValueError)
+        self.assertIsInstance(explained, settings_lib.SettingsError)
         self.assertNotIn("\n", str(explained))
         self.assertIn("unsorted segment reduction op", str(explained))
         self.assertIn("drop --deterministic", str(explained))

@@ -32,6 +32,7 @@ from absl import flags  # noqa: E402  pylint: disable=wrong-import-position
 
 from bench import report  # noqa: E402  pylint: disable=wrong-import-position
 from inception.parallel import devices  # noqa: E402  pylint: disable=wrong-import-position
+from inception.parallel import hardware  # noqa: E402  pylint: disable=wrong-import-position
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("output_json", "bench_results.json", "Where to write the report.")
@@ -176,8 +177,8 @@ def machine_capabilities():
     """What this machine can measure: {'gpus': count, 'bf16': bool, 'fp16': bool}. bf16 where
     it is fast (every GPU of compute capability 8.0+, or a CPU with bf16 instructions on a
     machine without GPUs); fp16 on GPUs."""
-    gpus = devices.gpu_infos()
-    bf16 = all(gpu.has_bf16 for gpu in gpus) if gpus else devices.cpu_supports_bf16()
+    gpus = hardware.gpu_infos()
+    bf16 = all(gpu.has_bf16 for gpu in gpus) if gpus else hardware.cpu_supports_bf16()
     return {"gpus": len(gpus), "bf16": bf16, "fp16": bool(gpus)}
 
 

@@ -17,15 +17,14 @@ session config repeats them.
 
 import dataclasses
 import math
-import os
 
 import tensorflow as tf
 
 from common import cli
-from common import machine
 from inception.config import recipe
 from inception.config import rules
 from inception.parallel import all_reduce as all_reduce_lib
+from inception.parallel import hardware
 from inception.parallel import variable_update
 
 tf1 = tf.compat.v1
@@ -64,40 +63,6 @@ class TowerPlacement:
         return f"{self.num_towers} tower(s), one per GPU"
 
 
-def count_gpus():
-    """Number of physical GPUs TensorFlow can see (creates no device)."""
-    return len(tf.config.list_physical_devices("GPU"))
-
-
-@dataclasses.dataclass(frozen=True)
-class GpuInfo:
-    """A physical GPU: its index, name and CUDA compute capability (major, minor)."""
-    index: int
-    name: str
-    compute_capability: tuple
-
-    @property
-    def has_bf16(self):
-        """bf16 tensor cores arrived with compute capability 8.0 (Ampere)."""
-        return tuple(self.compute_capability) >= (8, 0)
-
-
-def gpu_infos():
-    """GpuInfo of every physical GPU TensorFlow sees (creates no device)."""
-    infos = []
-    for index, gpu in enumerate(tf.config.list_physical_devices("GPU")):
-        details = tf.config.experimental.get_device_details(gpu)
-        infos.append(GpuInfo(index, details.get("device_name", gpu.name),
-                             tuple(details.get("compute_capability", (0, 0)))))
-    return infos
-
-
-def eager_devices_created():
-    """True once this process has created its eager devices (GPU options are fixed then)."""
-    from tensorflow.python.eager import context  # pylint: disable=import-outside-toplevel
-    return context.context()._context_handle is not None  # pylint: disable=protected-access
-
-
 def configure_gpus(placement):
     """Sets this process's GPU options for `placement` before anything creates the devices.
 
@@ -122,7 +87,7 @@ def configure_gpus(placement):
             raise PlacementError(
                 f"TensorFlow created this process's GPU devices before the towers were placed "
                 f"({error}); split GPUs into virtual GPUs in a new process.") from None
-    if eager_devices_created():
+    if hardware.eager_devices_created():
         _check_logical_gpus(placement, gpus)
 
 
@@ -189,41 +154,16 @@ def session_config(placement, intra_op_threads=0, inter_op_threads=0):
     return config
 
 
-# oneDNN's instruction-set caps (ONEDNN_MAX_CPU_ISA) under which it still has bf16 matmul and
-# convolution kernels; below them (e.g. AVX2 on an AVX-512 machine) a bf16 op aborts the process
-# with "could not create a primitive descriptor", because TensorFlow trusts the CPU's flags.
-ONEDNN_BF16_ISA_CAPS = frozenset((
-    "ALL", "DEFAULT", "AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX10_1_512", "AVX512_CORE_AMX",
-    "AVX10_1_512_AMX", "AVX512_CORE_AMX_FP16", "AVX10_1_512_AMX_FP16"))
-
-
-def onednn_isa_cap(environ=None):
-    """The instruction-set cap the user gave oneDNN (ONEDNN_MAX_CPU_ISA, or its older name
-    DNNL_MAX_CPU_ISA), upper-cased; None when neither is set."""
-    environ = os.environ if environ is None else environ
-    cap = environ.get("ONEDNN_MAX_CPU_ISA") or environ.get("DNNL_MAX_CPU_ISA")
-    return cap.strip().upper() if cap and cap.strip() else None
-
-
-def cpu_supports_bf16(cpuinfo_path=machine.CPUINFO, environ=None):
-    """True when the CPU has bf16 matrix instructions (AVX512-BF16 or AMX-BF16) and oneDNN is
-    allowed to use them (no ONEDNN_MAX_CPU_ISA cap below AVX512_CORE_BF16)."""
-    flags = machine.cpu_flags(cpuinfo_path)
-    cap = onednn_isa_cap(environ)
-    if cap is not None and cap not in ONEDNN_BF16_ISA_CAPS:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
 def check_precision(precision, placement, bf16_cpu=None, gpus=None):
     """Raises PlacementError when `precision` cannot run on this placement.
 
     bf16 on CPU towers needs a CPU with bf16 instructions; on GPU towers, GPUs of compute
     capability 8.0 or newer. fp16 (with loss scaling) needs GPU towers. `bf16_cpu` and `gpus`
-    (a list of GpuInfo) stand in for this machine's in tests.
+    (a list of hardware.GpuInfo) stand in for this machine's in tests.
     """
     if precision == "bf16" and placement.device_type == "gpu":
-        lacking = [gpu for gpu in (gpu_infos() if gpus is None else gpus) if not gpu.has_bf16]
+        found = hardware.gpu_infos() if gpus is None else gpus
+        lacking = [gpu for gpu in found if not gpu.has_bf16]
         if lacking:
             gpu = lacking[0]
             raise PlacementError(
@@ -231,10 +171,11 @@ def check_precision(precision, placement, bf16_cpu=None, gpus=None):
                 f"{gpu.index} ({gpu.name}) has {'.'.join(map(str, gpu.compute_capability))}: "
                 "use --precision=fp16 there (dynamic loss scaling) or fp32.")
     if precision == "bf16" and placement.device_type == "cpu":
-        if not (cpu_supports_bf16() if bf16_cpu is None else bf16_cpu):
-            cap = onednn_isa_cap()
+        if not (hardware.cpu_supports_bf16() if bf16_cpu is None else bf16_cpu):
+            cap = hardware.onednn_isa_cap()
             reason = (f"ONEDNN_MAX_CPU_ISA={cap} keeps oneDNN from them: unset it or"
-                      if cap and cpu_supports_bf16(environ={}) else "this one has neither:")
+                      if cap and hardware.cpu_supports_bf16(environ={})
+                      else "this one has neither:")
             raise PlacementError("--precision=bf16 needs a CPU with AVX512-BF16 or AMX "
                                  f"instructions; {reason} use --precision=fp32.")
     if precision == "fp16" and placement.device_type != "gpu":
@@ -362,7 +303,7 @@ def resolve_placement(device_settings, cluster=None):
     set (before anything creates the devices: configure_gpus), the precision checked against
     the hardware and turned into the towers' arithmetic, the variables placed or replicated.
     Raises PlacementError saying what to do."""
-    towers = plan_towers(device_settings.num_towers, count_gpus(),
+    towers = plan_towers(device_settings.num_towers, hardware.count_gpus(),
                          device_settings.virtual_gpu_memory_mb)
     configure_gpus(towers)
     precision = device_settings.precision
@@ -388,7 +329,7 @@ def resolve_placement(device_settings, cluster=None):
 def evaluation_session_config():
     """The session config of an evaluation job, which shares a GPU with a training run beside
     it: this process's GPU options set first (memory growth), soft placement."""
-    configure_gpus(plan_towers(None, count_gpus()))
+    configure_gpus(plan_towers(None, hardware.count_gpus()))
     config = tf1.ConfigProto(allow_soft_placement=True)
     config.gpu_options.allow_growth = True
     return config

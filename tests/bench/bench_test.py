@@ -10,7 +10,7 @@ from absl import flags
 from absl.testing import absltest
 
 from bench import throughput
-from inception.parallel import devices
+from inception.parallel import hardware
 from tests import testing_utils
 
 KEYS = ("ours_images_per_sec", "ours_1_tower_images_per_sec", "keras_images_per_sec",
@@ -61,7 +61,7 @@ class ThroughputBenchmarkTest(unittest.TestCase):
         self.assertEqual(completed.returncode, 0, completed.stderr[-3000:])
         with open(output, encoding="utf-8") as handle:
             report = json.load(handle)
-        bf16 = devices.cpu_supports_bf16()
+        bf16 = hardware.cpu_supports_bf16()
         skipped = ("ours_xla_images_per_sec", "keras_bf16_images_per_sec",
                    "speedup_bf16_vs_keras_bf16", "pipeline_images_per_sec_per_core")
         for key in KEYS:

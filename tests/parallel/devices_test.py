@@ -14,12 +14,13 @@ from inception.config import cluster
 from inception.config import settings as settings_lib
 from inception.parallel import all_reduce
 from inception.parallel import devices
+from inception.parallel import hardware
 from inception.parallel import variable_update
 from tests import testing_utils
 
 tf1 = tf.compat.v1
-V100 = devices.GpuInfo(0, "Tesla V100-SXM2-16GB", (7, 0))
-H200 = devices.GpuInfo(0, "NVIDIA H200", (9, 0))
+V100 = hardware.GpuInfo(0, "Tesla V100-SXM2-16GB", (7, 0))
+H200 = hardware.GpuInfo(0, "NVIDIA H200", (9, 0))
 
 
 class PlacementTest(unittest.TestCase):
@@ -28,7 +29,7 @@ class PlacementTest(unittest.TestCase):
         # Every test but gpu_test hides the machine's GPUs (tests/BUILD), so that it runs the
         # same on machines with and without them.
         self.assertEqual(os.environ.get("CUDA_VISIBLE_DEVICES"), "")
-        self.assertEqual(devices.count_gpus(), 0)
+        self.assertEqual(hardware.count_gpus(), 0)
 
     def test_more_towers_than_gpus(self):
         with self.assertRaisesRegex(devices.PlacementError, "--virtual_gpu_memory_mb"):
@@ -158,10 +159,10 @@ class PrecisionChoiceTest(unittest.TestCase):
         path = os.path.join(testing_utils.temp_dir("cpuinfo"), "cpuinfo")
         with open(path, "w", encoding="utf-8") as handle:
             handle.write("processor : 0\nflags : fpu avx512f avx512_bf16 sse\n")
-        self.assertTrue(devices.cpu_supports_bf16(path, environ={}))  # no oneDNN cap
+        self.assertTrue(hardware.cpu_supports_bf16(path, environ={}))  # no oneDNN cap
         with open(path, "w", encoding="utf-8") as handle:
             handle.write("flags : fpu avx2\n")
-        self.assertFalse(devices.cpu_supports_bf16(path, environ={}))
+        self.assertFalse(hardware.cpu_supports_bf16(path, environ={}))
 
     def test_a_onednn_cap_below_bf16_turns_bf16_off(self):
         # oneDNN capped at AVX2 on a bf16 CPU aborts on the first bf16 matmul (checked by hand:
@@ -174,11 +175,11 @@ class PrecisionChoiceTest(unittest.TestCase):
                                   ({"DNNL_MAX_CPU_ISA": "AVX2"}, False),
                                   ({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}, True),
                                   ({"ONEDNN_MAX_CPU_ISA": "all"}, True)):
-            self.assertEqual(devices.cpu_supports_bf16(path, environ), expected, environ)
-        self.assertEqual(devices.onednn_isa_cap({"DNNL_MAX_CPU_ISA": " avx2 "}), "AVX2")
-        self.assertIsNone(devices.onednn_isa_cap({}))
+            self.assertEqual(hardware.cpu_supports_bf16(path, environ), expected, environ)
+        self.assertEqual(hardware.onednn_isa_cap({"DNNL_MAX_CPU_ISA": " avx2 "}), "AVX2")
+        self.assertIsNone(hardware.onednn_isa_cap({}))
         cpu = devices.plan_towers(2, physical_gpus=0)
-        with mock.patch.object(devices.machine, "cpu_flags", return_value={"avx512_bf16"}), \
+        with mock.patch.object(hardware.machine, "cpu_flags", return_value={"avx512_bf16"}), \
                 mock.patch.dict(os.environ, {"ONEDNN_MAX_CPU_ISA": "AVX2"}):
             with self.assertRaises(devices.PlacementError) as raised:
                 devices.check_precision("bf16", cpu)
@@ -205,7 +206,7 @@ class GpuOptionsTest(unittest.TestCase):
                                   side_effect=self.refuse_if(created, calls, "growth")), \
                 mock.patch.object(config, "list_logical_devices",
                                   return_value=[FAKE_GPU] * len(existing_split or [1])), \
-                mock.patch.object(devices, "eager_devices_created", return_value=created):
+                mock.patch.object(hardware, "eager_devices_created", return_value=created):
             devices.configure_gpus(placement)
         return calls
 
@@ -261,27 +262,27 @@ class DeviceCreationTest(unittest.TestCase):
             "import tensorflow as tf\n"
             "from inception.inputs import pipeline\n"
             "from inception.model import network\n"
-            "from inception.parallel import devices, step_graph\n"
+            "from inception.parallel import hardware, step_graph\n"
             "from tests import testing_utils\n"
-            "print(devices.eager_devices_created())\n"
+            "print(hardware.eager_devices_created())\n"
             "with tf.Graph().as_default():\n"
             "    step_graph.build_train_graph(\n"
             "        pipeline.InputBatch(tf.zeros([4, 75, 75, 3]), tf.zeros([4], tf.int32),\n"
             "                            tf.constant(0, tf.int64), tf.no_op()),\n"
             "        functools.partial(network.make_model_fn, testing_utils.TINY_INCEPTION),\n"
             "        testing_utils.optimization(), ['/cpu:0'], 8)\n"
-            "print(devices.eager_devices_created())\n")
+            "print(hardware.eager_devices_created())\n")
         self.assertEqual(created, ["False", "True"])
 
     def test_training_sets_gpu_options_before_anything_creates_the_devices(self):
         seen = self.run_python(
             "from inception.config import settings as settings_lib\n"
             "from inception.driver import launch\n"
-            "from inception.parallel import devices\n"
+            "from inception.parallel import devices, hardware\n"
             "from tests import testing_utils\n"
             "original = devices.configure_gpus\n"
             "def spy(placement):\n"
-            "    print('configure', devices.eager_devices_created())\n"
+            "    print('configure', hardware.eager_devices_created())\n"
             "    original(placement)\n"
             "devices.configure_gpus = spy\n"
             "data_dir = testing_utils.tiny_demo_data(train=8, validation=4)\n"
@@ -290,7 +291,7 @@ class DeviceCreationTest(unittest.TestCase):
             "    max_steps=1, image_size=75, depth_multiplier=0.1, batch_size=2, num_towers=2,\n"
             "    eval_every_n_steps=0),\n"
             "    log=lambda line: None)\n"
-            "print('after', devices.eager_devices_created())\n")
+            "print('after', hardware.eager_devices_created())\n")
         self.assertEqual(seen, ["configure", "False", "after", "True"])
 
 

@@ -16,7 +16,7 @@ from inception.config import settings as settings_lib
 from inception.loop import session_loop
 from inception.parallel import all_reduce
 from inception.parallel import copies as copies_lib
-from inception.parallel import devices
+from inception.parallel import hardware
 from inception.parallel import step_graph
 from tests import faults
 from tests import testing_utils
@@ -213,9 +213,9 @@ class TinyInceptionTest(unittest.TestCase):
         self.check_update_as_with_a_parameter_server(None)
 
     def test_bf16_towers_update_as_with_a_parameter_server(self):
-        if not devices.cpu_supports_bf16() and devices.cpu_supports_bf16(environ={}):
+        if not hardware.cpu_supports_bf16() and hardware.cpu_supports_bf16(environ={}):
             # TensorFlow trusts the CPU's flags and sends bf16 ops to oneDNN, which aborts.
-            self.skipTest(f"ONEDNN_MAX_CPU_ISA={devices.onednn_isa_cap()} keeps oneDNN from "
+            self.skipTest(f"ONEDNN_MAX_CPU_ISA={hardware.onednn_isa_cap()} keeps oneDNN from "
                           "this CPU's bf16 instructions")
         self.check_update_as_with_a_parameter_server(tf.bfloat16)
 

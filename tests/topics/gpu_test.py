@@ -27,11 +27,12 @@ from absl.testing import absltest  # noqa: E402  pylint: disable=wrong-import-po
 from inception.config import settings as settings_lib  # noqa: E402  pylint: disable=wrong-import-position
 from inception.driver import launch  # noqa: E402  pylint: disable=wrong-import-position
 from inception.parallel import devices  # noqa: E402  pylint: disable=wrong-import-position
+from inception.parallel import hardware  # noqa: E402  pylint: disable=wrong-import-position
 from tests import testing_utils  # noqa: E402  pylint: disable=wrong-import-position
 
 tf1 = tf.compat.v1
 ON_CPU = os.environ.get("INCEPTION_GPU_TEST_DEVICE") == "cpu"
-HAS_GPU = devices.count_gpus() > 0
+HAS_GPU = hardware.count_gpus() > 0
 KIND = "CPU" if ON_CPU else "GPU"
 TOWERS = [f"/{KIND.lower()}:{index}" for index in range(2)]
 VIRTUAL_GPU_MB = 6000
@@ -173,10 +174,10 @@ class TowersOnGpusTest(unittest.TestCase):
 
 def require_bf16():
     if ON_CPU:
-        if not devices.cpu_supports_bf16():
+        if not hardware.cpu_supports_bf16():
             raise unittest.SkipTest("this CPU has no bf16 instructions")
         return
-    lacking = [gpu for gpu in devices.gpu_infos() if not gpu.has_bf16]
+    lacking = [gpu for gpu in hardware.gpu_infos() if not gpu.has_bf16]
     if lacking:
         raise unittest.SkipTest(f"{lacking[0].name} has no bf16 (compute capability < 8.0)")
 

@@ -11,6 +11,7 @@ from absl.testing import absltest
 from inception.config import settings as settings_lib
 from inception.driver import launch
 from inception.parallel import devices
+from inception.parallel import hardware
 from tests import testing_utils
 
 tf1 = tf.compat.v1
@@ -28,7 +29,7 @@ class Bf16RewriteTest(unittest.TestCase):
                 max_steps=1, image_size=107, depth_multiplier=0.1, batch_size=4, num_towers=2,
                 seed=5, precision=precision), log=lambda line: None).last_mean_loss
 
-        if not devices.cpu_supports_bf16():
+        if not hardware.cpu_supports_bf16():
             self.skipTest("this CPU has no bf16 instructions (devices_test checks the error)")
         losses = {precision: first_loss(precision) for precision in ("fp32", "bf16")}
         self.assertTrue(np.isfinite(losses["bf16"]))

@@ -10,7 +10,7 @@ from common import cli
 from common import error_lines
 from common import image_limits
 from inception.inputs import datasets
-from inception.inputs import preprocessing
+from inception.inputs import image_headers
 from inception.run.directory import RunDirectory
 from inception.run.directory import SETTINGS_FILE
 from inception.serving import predictions
@@ -99,8 +99,8 @@ def raising_image_errors(predict):
 
 def _image_error(error):
     cause = error_lines.root_cause(error.message)
-    if cause.startswith(preprocessing.TOO_LARGE_START):
+    if cause.startswith(image_headers.TOO_LARGE_START):
         return cause
-    if cause == preprocessing.UNKNOWN_FORMAT:
+    if cause == image_headers.UNKNOWN_FORMAT:
         return image_limits.unreadable_message()
     return image_limits.unreadable_message(cause)

@@ -18,6 +18,7 @@ from PIL import ImageDraw
 from common import error_lines
 from common import image_limits
 from inception.config import settings as settings_lib
+from inception.inputs import image_headers
 from inception.inputs import preprocessing
 from inception.serving import predictions
 from inception.serving import tf_models
@@ -92,8 +93,8 @@ class GraphRunner:
         with self.graph.as_default():
             self.encoded = tf1.placeholder(tf.string, [])
             self.limit = tf1.placeholder(tf.int64, [])
-            self.header = preprocessing.image_header(self.encoded)
-            self.size = preprocessing.encoded_image_size(self.encoded)
+            self.header = image_headers.image_header(self.encoded)
+            self.size = image_headers.encoded_image_size(self.encoded)
             self.crop_shape = tf.shape(preprocessing.decode_central_crop(self.encoded,
                                                                          self.limit))
         self.session = tf1.Session(graph=self.graph)
@@ -186,7 +187,7 @@ class HeaderSizeTest(unittest.TestCase):
         webp = encoded(Image.new("RGB", (5, 5)), "WEBP")
         for data in (b"", b"not an image at all", webp, b"\x00\x00\x00\x0cJXL \r\n\x87\n"):
             self.assertEqual(RUNNER.size_of(data), (0, 0))
-            self.assertEqual(RUNNER.refusal(data), preprocessing.UNKNOWN_FORMAT)
+            self.assertEqual(RUNNER.refusal(data), image_headers.UNKNOWN_FORMAT)
         for data in (b"\x89PNG\r\n\x1a\n", b"GIF89a", b"BM"):
             self.assertEqual(RUNNER.size_of(data), (0, 0))
             # the decoder's own complaint, as before the limit

@@ -25,7 +25,6 @@ import os
 import shutil
 
 import tensorflow as tf
-from tensorflow.python.checkpoint import checkpoint_management
 
 from common import error_lines
 from common import files
@@ -225,8 +224,12 @@ class RunDirectory:
                 tf.io.gfile.remove(state_path)
             return
         names = [os.path.basename(prefix) for prefix in prefixes]
-        checkpoint_management.update_checkpoint_state_internal(
-            self.path, names[-1], all_model_checkpoint_paths=names, save_relative_paths=True)
+        # TensorFlow writes the names as given only for an absolute directory (it rewrites them
+        # relative to one given relative: "../model.ckpt-4"); a URL's names stay looked up by
+        # their last part (listed).
+        directory = self.path if files.is_url(self.path) else os.path.abspath(self.path)
+        tf.compat.v1.train.update_checkpoint_state(directory, names[-1],
+                                                   all_model_checkpoint_paths=names)
 
     def remove_interrupted_saves(self, log=print):
         """Removes the `*.tempstate*` files that a save killed halfway leaves (TensorFlow

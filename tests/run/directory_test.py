@@ -45,6 +45,26 @@ class CopiedRunTest(unittest.TestCase):
         self.assertIn('model_checkpoint_path: "model.ckpt-4"', state)
         self.assertNotIn(train_dir, state)
 
+    def test_rewriting_the_state_writes_names_only_in_a_relative_directory_too(self):
+        # TensorFlow's update_checkpoint_state rewrites names relative to a directory given
+        # relative ("../model.ckpt-4"); rewrite_state must hand it an absolute one.
+        parent = testing_utils.temp_dir("state")
+        os.makedirs(os.path.join(parent, "run"))
+        previous = os.getcwd()
+        os.chdir(parent)
+        try:
+            RunDirectory("run").rewrite_state(["run/model.ckpt-2", "run/model.ckpt-4"])
+            state = tf.train.get_checkpoint_state("run")
+        finally:
+            os.chdir(previous)
+        with open(os.path.join(parent, "run", "checkpoint"), encoding="utf-8") as handle:
+            text = handle.read()
+        self.assertEqual(text.splitlines()[:3], [
+            'model_checkpoint_path: "model.ckpt-4"',
+            'all_model_checkpoint_paths: "model.ckpt-2"',
+            'all_model_checkpoint_paths: "model.ckpt-4"'])
+        self.assertEqual(os.path.basename(state.model_checkpoint_path), "model.ckpt-4")
+
     def test_a_copy_uses_its_own_weights_while_the_original_still_exists(self):
         original = testing_utils.temp_dir("original")
         testing_utils.train_small_model(original, 4)

@@ -4,11 +4,11 @@ Three kinds (plans.SCHEDULES), each after a linear warm-up of `warmup_steps` fro
 start: `exponential`, the original's staircase decay (the rate times decay_factor once every
 decay_steps steps); `cosine`, half a cosine from the rate down to zero at the schedule's end (the
 run's --max_steps, or the stage's last step); `constant`. The run's schedule spans the whole
-run; a stage that names a schedule gets its own, spanning that stage.
+run; a stage that names a schedule gets its own, spanning that stage. The decays are
+TensorFlow's (exponential_decay, cosine_decay); the warm-up multiplies them.
 """
 
 import dataclasses
-import math
 
 import tensorflow as tf
 
@@ -45,12 +45,15 @@ def rate_tensor(schedule, global_step, name="learning_rate"):
     with tf.name_scope(f"{name}_schedule"):
         since = tf.cast(global_step, tf.float32) - float(schedule.start_step)
         if schedule.kind == "exponential":
-            decays = tf.floor(since / float(schedule.decay_steps))
-            rate = schedule.initial_rate * tf.pow(schedule.decay_factor, decays)
+            rate = tf1.train.exponential_decay(schedule.initial_rate, since,
+                                               schedule.decay_steps, schedule.decay_factor,
+                                               staircase=True)
         elif schedule.kind == "cosine":
-            span = float(max(1, schedule.end_step - schedule.start_step - schedule.warmup_steps))
-            progress = tf.clip_by_value((since - schedule.warmup_steps) / span, 0.0, 1.0)
-            rate = schedule.initial_rate * 0.5 * (1.0 + tf.cos(math.pi * progress))
+            # TensorFlow's cosine_decay over the steps after the warm-up (it would mirror
+            # the curve back up for the negative steps of the warm-up itself).
+            span = max(1, schedule.end_step - schedule.start_step - schedule.warmup_steps)
+            rate = tf1.train.cosine_decay(schedule.initial_rate,
+                                          tf.maximum(since - schedule.warmup_steps, 0.0), span)
         else:
             rate = tf.constant(schedule.initial_rate, tf.float32)
         if schedule.warmup_steps:

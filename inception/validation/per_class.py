@@ -66,6 +66,8 @@ def confusion_counts(labels, predictions, num_classes):
         if values.size and (values.min() < 0 or values.max() >= num_classes):
             raise ValueError(f"a {kind} is outside [0, {num_classes}): "
                              f"{values.min()}..{values.max()}")
+    # One bincount is the confusion matrix on the host, where the counts are summed; no need
+    # for tf.math.confusion_matrix's graph round trip.
     cells = np.bincount(labels * num_classes + predictions, minlength=num_classes * num_classes)
     return cells.astype(np.int64).reshape(num_classes, num_classes)
 

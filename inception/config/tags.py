@@ -27,14 +27,6 @@ CORRUPT_RECORDS = "train/corrupt_records"
 CLIPPED_UPDATES = "train/clipped_updates"
 INPUT_IMAGES = "train/input_images"
 
-# Graph collections of the training towers' logits and labels (model/network.py adds them,
-# parallel/step_graph.py turns them into PRECISION_AT_1 of the training batches).
-TRAIN_LOGITS = "train_logits"
-TRAIN_LABELS = "train_labels"
-TRAIN_WEIGHTS = "train_weights"  # with --class_weight: each example's weight (the same order)
-# ... and each tower's images as the network gets them (after Mixup/CutMix): INPUT_IMAGES shows
-# the first tower's.
-TRAIN_IMAGES = "train_images"
 
 
 def tower_loss(index, term="total_loss"):

@@ -18,11 +18,11 @@ from tf_slim.layers import utils as slim_utils
 from tf_slim.nets import inception_v3
 
 from inception.config import recipe
-from inception.config import tags
 from inception.config.rules import MIN_AUX_IMAGE_SIZE
 from inception.inputs import augment
 from inception.model import mixed_precision
 from inception.model.slim_compat import tf_slim as slim
+from inception.parallel import towers
 
 MODEL_SCOPE = "InceptionV3"
 MIX_STREAMS = 4096  # seeds per step for Mixup/CutMix: one per tower and micro-batch
@@ -150,7 +150,7 @@ def smoothed_cross_entropy(logits, targets, name, label_smoothing=recipe.LABEL_S
 
 def make_model_fn(settings, batch_norm_decay, compute_dtype=None, augmentation=None, seed=0,
                   label_smoothing=recipe.LABEL_SMOOTHING, class_weights=None):
-    """Returns `model_fn(images, labels) -> {term: scalar loss}` for towers.build_towers.
+    """Returns `model_fn(images, labels) -> towers.ModelOutputs` for towers.build_towers.
 
     compute_dtype: tf.bfloat16 / tf.float16 builds the network in that dtype with float32
     variables (mixed_precision.py; GPU towers); None builds it in float32.
@@ -164,21 +164,18 @@ def make_model_fn(settings, batch_norm_decay, compute_dtype=None, augmentation=N
     def model_fn(images, labels):
         stream = _tower_stream(seed, next(tower_numbers))
         images, targets = _mixed(images, labels, settings.num_classes, augmentation, stream)
-        tf.compat.v1.add_to_collection(tags.TRAIN_IMAGES, images)
         with mixed_precision.building_in(compute_dtype):
             logits, aux_logits = inception_logits(
                 mixed_precision.to_compute(images, compute_dtype), settings, True,
                 batch_norm_decay,
                 tf.random.experimental.stateless_fold_in(stream, DROPOUT_STREAM))
         logits = mixed_precision.to_float32(logits)
-        tf.compat.v1.add_to_collection(tags.TRAIN_LOGITS, logits)
-        tf.compat.v1.add_to_collection(tags.TRAIN_LABELS, labels)
-        if class_weights is not None:
-            tf.compat.v1.add_to_collection(
-                tags.TRAIN_WEIGHTS, example_weights(tf.one_hot(labels, settings.num_classes),
-                                                    class_weights))
-        return classification_losses(logits, mixed_precision.to_float32(aux_logits), targets,
-                                     label_smoothing, class_weights)
+        return towers.ModelOutputs(
+            classification_losses(logits, mixed_precision.to_float32(aux_logits), targets,
+                                  label_smoothing, class_weights),
+            logits=logits, labels=labels, images=images,
+            example_weights=None if class_weights is None else example_weights(
+                tf.one_hot(labels, settings.num_classes), class_weights))
     return model_fn
 
 

@@ -76,6 +76,8 @@ class TrainGraph:
     adds its own), or None when the input does not track it.
     clipped_updates: with gradient clipping, the local int64 count of updates it clipped in
     this process (clipping.py); None without.
+    towers: every tower (towers.Tower, one per tower and micro-batch) with what its model
+    returned (towers.ModelOutputs).
     """
     global_step: tf.Variable
     plan: plans.TrainingPlan
@@ -89,6 +91,7 @@ class TrainGraph:
     copy_to_replicas: tf.Operation = None
     input_position: tf.Variable = None
     clipped_updates: tf.Variable = None
+    towers: tuple = ()
 
     @property
     def skipped_variables(self):
@@ -117,7 +120,7 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices,
     Args:
       input_batch: inputs.pipeline.InputBatch of one update: the global batch times
         `optimization.accumulate_steps` (that many micro-batches, each split over the towers).
-      make_model_fn: callable(batch_norm_decay) -> model_fn(images, labels) -> {term: loss}.
+      make_model_fn: callable(batch_norm_decay) -> model_fn(images, labels) -> ModelOutputs.
       optimization: settings.OptimizationSettings (settings.with_defaults): its plan (None:
         one stage), schedule and accumulate_steps; tower_devices: one device name per tower.
       examples_per_epoch: examples in the training subset (the schedule decays per epoch).
@@ -164,7 +167,7 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices,
                       input_initializer=input_batch.initializer, moving_average=moving_average,
                       examples_per_step=examples_per_step, loss_scaled=loss_scale is not None,
                       input_fill=staged.put_op if staged else None,
-                      input_position=input_batch.position,
+                      input_position=input_batch.position, towers=tuple(towers),
                       copy_to_replicas=copies.fill_op() if copies else None,
                       clipped_updates=shared.clipped_updates and shared.clipped_updates.counter)
 

@@ -19,20 +19,21 @@ def scalar_summary(tag, value):
     return tf.raw_ops.ScalarSummary(tags=tag, values=tf.cast(value, tf.float32))
 
 
-def _training_precision():
-    """[the precision@1 summary of the training batches] when the model collected its logits
-    and labels (tags.TRAIN_LOGITS), else []; with class weights (tags.TRAIN_WEIGHTS) each
-    example counts by its weight, as in the loss. Built with the summaries, after every random
-    op, so the training's random streams do not depend on it."""
-    logits, labels = tf1.get_collection(tags.TRAIN_LOGITS), tf1.get_collection(tags.TRAIN_LABELS)
-    if not logits:
+def _training_precision(towers):
+    """[the precision@1 summary of the training batches] when the towers' model returned its
+    logits and labels (towers.ModelOutputs), else []; with class weights each example counts
+    by its weight, as in the loss. Built with the summaries, after every random op, so the
+    training's random streams do not depend on it."""
+    shown = [tower.outputs for tower in towers
+             if tower.outputs is not None and tower.outputs.logits is not None]
+    if not shown:
         return []
-    weights = tf1.get_collection(tags.TRAIN_WEIGHTS) or [None] * len(logits)
     correct = []
-    for tower_logits, tower_labels, tower_weights in zip(logits, labels, weights):
-        hits = tf.cast(tf.math.in_top_k(tower_labels, tower_logits, 1), tf.float32)
-        correct.append(tf.reduce_mean(hits) if tower_weights is None else
-                       tf.reduce_sum(hits * tower_weights) / tf.reduce_sum(tower_weights))
+    for outputs in shown:
+        hits = tf.cast(tf.math.in_top_k(outputs.labels, outputs.logits, 1), tf.float32)
+        weights = outputs.example_weights
+        correct.append(tf.reduce_mean(hits) if weights is None else
+                       tf.reduce_sum(hits * weights) / tf.reduce_sum(weights))
     return [scalar_summary(tags.PRECISION_AT_1, tf.add_n(correct) / len(correct))]
 
 
@@ -61,12 +62,14 @@ def step_summaries(towers, tower_totals, loss_terms, stage_index, mean_loss, lea
             for name in terms:
                 summaries.append(scalar_summary(tags.tower_loss(tower.index, name),
                                                 tower.loss_terms[name]))
-        summaries.extend(_training_precision())
+        summaries.extend(_training_precision(towers))
         grads = [grad for grad, _ in grads_and_vars]
         summaries.append(scalar_summary(tags.GRADIENT_NORM, tf.linalg.global_norm(grads)))
         if clipped_updates is not None:
             summaries.append(scalar_summary(tags.CLIPPED_UPDATES, clipped_updates))
-        trained = (tf1.get_collection(tags.TRAIN_IMAGES) or [input_batch.images])[0]
+        first = towers[0].outputs
+        trained = first.images if first is not None and first.images is not None else \
+            input_batch.images
         if trained.shape.rank == 4 and trained.shape[-1] in (1, 3):
             shown = tf.image.convert_image_dtype((trained[:3] + 1.0) / 2.0, tf.uint8,
                                                  saturate=True)

@@ -29,12 +29,27 @@ VARIABLE_OP_TYPES = frozenset({"Variable", "VariableV2", "VarHandleOp", "AutoRel
 
 
 @dataclasses.dataclass(frozen=True)
+class ModelOutputs:
+    """What a model_fn returns for one tower: its data loss terms ({name: scalar tensor}) and
+    what the summaries show of it (None where the model has none): its logits and labels (the
+    training precision), each example's weight in the loss, and the images as trained (after
+    Mixup/CutMix). A model_fn may also return the loss terms alone, as a dict."""
+    loss_terms: dict
+    logits: tf.Tensor = None
+    labels: tf.Tensor = None
+    example_weights: tf.Tensor = None
+    images: tf.Tensor = None
+
+
+@dataclasses.dataclass(frozen=True)
 class Tower:
-    """One replica: its index, device, name scope and data loss terms (scalar tensors)."""
+    """One replica: its index, device, name scope, data loss terms (scalar tensors) and all
+    its model returned (ModelOutputs)."""
     index: int
     device: str
     name_scope: str
     loss_terms: dict
+    outputs: ModelOutputs = None
 
     def data_loss(self, term_names=None):
         """Sum of the selected loss terms (all when `term_names` is None): a scalar tensor."""
@@ -100,7 +115,8 @@ def build_towers(model_fn, tower_inputs, devices, variable_device=HOST_DEVICE,
     """Builds one tower per device; variables are created by tower 0 and shared.
 
     Args:
-      model_fn: callable(*inputs) -> {term name: scalar float32 loss (mean over the tower batch)}.
+      model_fn: callable(*inputs) -> ModelOutputs, or {term name: scalar float32 loss (mean
+        over the tower batch)}.
       tower_inputs: list of input tuples, one per tower.
       devices: list of device names, one per tower.
       variable_device: where every variable lives (parameter_server).
@@ -124,10 +140,12 @@ def build_towers(model_fn, tower_inputs, devices, variable_device=HOST_DEVICE,
                 tf.name_scope(f"tower_{index}") as name_scope, \
                 tf1.variable_scope(tf1.get_variable_scope(), reuse=index > 0,
                                    custom_getter=getter, auxiliary_name_scope=False):
-            loss_terms = model_fn(*inputs)
-        if not loss_terms:
+            outputs = model_fn(*inputs)
+        if not isinstance(outputs, ModelOutputs):
+            outputs = ModelOutputs(dict(outputs or {}))
+        if not outputs.loss_terms:
             raise ValueError("model_fn returned no loss terms")
-        towers.append(Tower(index, device, name_scope, dict(loss_terms)))
+        towers.append(Tower(index, device, name_scope, dict(outputs.loss_terms), outputs))
     return towers
 
 

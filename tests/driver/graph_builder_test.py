@@ -10,7 +10,6 @@ from absl.testing import absltest
 
 from inception.config import recipe
 from inception.config import settings as settings_lib
-from inception.config import tags
 from inception.driver import launch
 from inception.driver import resolution
 from inception.parallel import step_graph
@@ -34,9 +33,9 @@ def built_and_run(**augmentation):
         built = launch.graph_builder(run, None)()
         inputs = [op.outputs[0] for op in tf1.get_collection(step_graph.MICRO_BATCH_INPUTS)
                   if op.outputs[0].shape.rank == 4]
-        mixed = tf1.get_collection(tags.TRAIN_IMAGES)
-        labels = tf1.get_collection(tags.TRAIN_LABELS)
-        logits = tf1.get_collection(tags.TRAIN_LOGITS)
+        mixed = [tower.outputs.images for tower in built.towers]
+        labels = [tower.outputs.labels for tower in built.towers]
+        logits = [tower.outputs.logits for tower in built.towers]
         # Each tower's data terms are built under its name scope (towers.py): tower_<i>/.
         cross_entropy = [graph.get_tensor_by_name(f"tower_{index}/cross_entropy/value:0")
                          for index in range(TOWERS * MICRO_BATCHES)]

@@ -12,7 +12,6 @@ from tf_slim.nets import inception_v3
 
 from inception.config import recipe
 from inception.config import settings as settings_lib
-from inception.config import tags
 from inception.model import network
 from inception.model.slim_compat import tf_slim as slim
 
@@ -80,13 +79,12 @@ def mixed_tower(mixup_alpha, cutmix_alpha, step, seed=3, batch=4):
     with tf.Graph().as_default():
         global_step = tf1.train.get_or_create_global_step()
         model_fn = network.make_model_fn(SETTINGS, 0.9, augmentation=augmentation, seed=seed)
-        terms = model_fn(tf.constant(images), tf.constant(labels))
-        trained = tf1.get_collection(tags.TRAIN_IMAGES)[0]
-        logits = tf1.get_collection(tags.TRAIN_LOGITS)[0]
+        outputs = model_fn(tf.constant(images), tf.constant(labels))
         with tf1.Session() as session:
             session.run(tf1.global_variables_initializer())
             session.run(global_step.assign(step))
-            got, logit_values, loss = session.run([trained, logits, terms["cross_entropy"]])
+            got, logit_values, loss = session.run(
+                [outputs.images, outputs.logits, outputs.loss_terms["cross_entropy"]])
     return images, labels, got, logit_values, loss
 
 

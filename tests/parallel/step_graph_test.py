@@ -15,6 +15,7 @@ from inception.config import plans
 from inception.config import recipe
 from inception.config import tags
 from inception.parallel import step_graph
+from inception.parallel import towers
 from tests import testing_utils
 
 tf1 = tf.compat.v1
@@ -237,10 +238,10 @@ class InputImagesTest(unittest.TestCase):
             inner = testing_utils.small_conv_model_fn()
 
             def model_fn(images, labels):
-                if trained_images is not None:
-                    images = trained_images(images)
-                    tf1.add_to_collection(tags.TRAIN_IMAGES, images)
-                return inner(images, labels)
+                if trained_images is None:
+                    return inner(images, labels)
+                images = trained_images(images)
+                return towers.ModelOutputs(inner(images, labels), images=images)
             return model_fn
         with tf.Graph().as_default():
             built = build_small_graph(make_model_fn)

@@ -61,6 +61,12 @@ def inception_logits(images, settings, is_training, batch_norm_decay=recipe.BATC
     return logits, end_points.get("AuxLogits")
 
 
+def inference_logits(images, settings):
+    """The logits of Inception v3 in inference mode (the default model of evaluation and of
+    the export)."""
+    return inception_logits(images, settings, False)[0]
+
+
 @contextlib.contextmanager
 def dropout_as_mask_multiply(stateless_seed=None):
     """While building the network: tf-slim's dropout as a multiply by a scaled 0/1 mask instead

@@ -94,7 +94,7 @@ def build_serving_graph(settings, label_names=(), top_k=DEFAULT_TOP_K, logits_fn
     max_pixels: images of more pixels fail `image_bytes` before decoding, with a message that
       names their size and `limit_flag`; held by the int64 constant LIMIT_CONSTANT.
     """
-    logits_fn = logits_fn or (lambda images, s: network.inception_logits(images, s, False)[0])
+    logits_fn = logits_fn or network.inference_logits
     size = settings.image_size
     texts = label_texts(settings.num_classes, label_names)
     graph = tf.Graph()

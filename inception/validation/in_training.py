@@ -133,7 +133,7 @@ class TrainingValidation:
         return True
 
 
-def build(settings, dataset, session_config, log=print, logits_fn=None):
+def build(settings, dataset, session_config, log=print):
     """The TrainingValidation of a run (settings.TrainSettings, resolved; inputs.datasets
     Dataset), or None when it validates never or is not the chief. Checks the validation
     shards and --export_best_dir before training starts."""
@@ -148,8 +148,9 @@ def build(settings, dataset, session_config, log=print, logits_fn=None):
                                  "--eval_every_n_steps=0 to train without it.") from None
     if validation.export_best_dir:
         saved_model.check_export_dir(validation.export_best_dir)
-    eval_graph = scoring.build_eval_graph(inputs.shards, settings.model, validation.eval_batch_size,
-                                          strict=settings.data.strict_input, logits_fn=logits_fn)
+    eval_graph = scoring.build_eval_graph(inputs.shards, settings.model,
+                                          validation.eval_batch_size,
+                                          strict=settings.data.strict_input)
     log(f"validating on {inputs.num_examples} {SUBSET} examples every "
         f"{validation.eval_every_n_steps} steps and at the end (best by "
         f"{validation.best_metric}: {os.path.join(settings.train_dir, best_lib.BEST_DIR)})")

@@ -102,20 +102,20 @@ def open_summary_writer(eval_dir):
             "--eval_dir=<a directory you can write>")) from None
 
 
-def run_evaluation(evaluation, log=print, logits_fn=None):
+def run_evaluation(evaluation, log=print):
     """Evaluates as the EvalSettings `evaluation` say; returns the list of EvalResult (one per
     checkpoint)."""
     evaluation.validate()
     config = devices.evaluation_session_config()  # before anything creates the GPU devices
     if evaluation.run_once:
-        return _evaluate(evaluation, config, None, log, logits_fn)
+        return _evaluate(evaluation, config, None, log)
     with StopRequest(log, "stopping after the current evaluation") as stop:
         if not wait_for_settings(evaluation, stop, log):
             return []
-        return _evaluate(evaluation, config, stop, log, logits_fn)
+        return _evaluate(evaluation, config, stop, log)
 
 
-def _evaluate(evaluation, config, stop, log, logits_fn):
+def _evaluate(evaluation, config, stop, log):
     settings, dataset = resolve_settings(evaluation, log)
     eval_dir = evaluation.eval_dir or default_eval_dir(evaluation.checkpoint_dir,
                                                        evaluation.subset)
@@ -128,8 +128,7 @@ def _evaluate(evaluation, config, stop, log, logits_fn):
     writer = open_summary_writer(eval_dir)
     try:
         eval_graph = scoring.build_eval_graph(inputs.shards, settings, evaluation.batch_size,
-                                              evaluation.num_examples, evaluation.strict_input,
-                                              logits_fn=logits_fn)
+                                              evaluation.num_examples, evaluation.strict_input)
         evaluate = _evaluator(eval_graph, config, expected,
                               (writer, eval_dir, inputs.label_names),
                               f"{evaluation.subset} examples of {dataset.name}", log)

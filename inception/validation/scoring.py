@@ -86,7 +86,7 @@ def build_eval_graph(shards, settings, batch_size, max_examples=0, strict=False,
       logits_fn: callable(images, settings) -> logits [batch, num_classes]; Inception v3 in
         inference mode by default (tests pass a tiny model).
     """
-    logits_fn = logits_fn or (lambda images, s: network.inception_logits(images, s, False)[0])
+    logits_fn = logits_fn or network.inference_logits
     graph = tf.Graph()
     with graph.as_default():
         # The variables are restored, never initialized; a graph seed keeps op determinism

@@ -55,7 +55,7 @@ def eval_graph_logits(checkpoint_path, shards, settings):
 
     def capture(images, model_settings):
         captured["images"] = images
-        captured["logits"] = network.inception_logits(images, model_settings, False)[0]
+        captured["logits"] = network.inference_logits(images, model_settings)
         return captured["logits"]
 
     eval_graph = scoring.build_eval_graph(shards, settings, VALIDATION_IMAGES,

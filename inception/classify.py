@@ -29,7 +29,7 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("model", "", "An export directory (of //inception:export), a training "
                     "directory, or a .tflite / .onnx file of an export (required).")
 flags.DEFINE_string("output_json", "", "Also write one JSON line per image to this file.")
-flags.DEFINE_integer("batch_size", 16, "Images classified together.")
+flags.DEFINE_integer("batch_size", predictions.DEFAULT_BATCH_SIZE, "Images classified together.")
 flags.DEFINE_integer("max_image_pixels", image_limits.MAX_IMAGE_PIXELS,
                      "Refuse images of more pixels (width x height, read from the file's "
                      "header before decoding) when --model is a training directory; an export "

@@ -13,18 +13,21 @@ from absl import flags
 
 from common import cli
 from common import image_limits
+from inception.config import flag_table
 from inception.config import rules
 from inception.driver import startup
+from inception.serving import model_files
 
 FLAGS = flags.FLAGS
 
-flags.DEFINE_string("checkpoint_dir", "/tmp/inception_train",
+flags.DEFINE_string("checkpoint_dir", flag_table.DEFAULT_TRAIN_DIR,
                     "The --train_dir of the training run to export.")
 flags.DEFINE_string("checkpoint_path", "", "Export this checkpoint (a prefix such as "
                     "<train_dir>/model.ckpt-1000) instead of the newest one.")
 flags.DEFINE_string("export_dir", "", "Where the versions of the SavedModel go (required).")
 flags.DEFINE_alias("model", "checkpoint_dir")
-flags.DEFINE_integer("top_k", 5, "How many classes each prediction returns.")
+flags.DEFINE_integer("top_k", model_files.DEFAULT_TOP_K, "How many classes each prediction "
+                     "returns.")
 flags.DEFINE_string("formats", rules.SAVED_MODEL_FORMAT, "Comma-separated formats written into "
                     "the version folder: saved_model (always), tflite (a float TFLite model of "
                     "the preprocessed images), tflite_int8 (the same quantized to int8 after "

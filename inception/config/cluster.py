@@ -136,7 +136,8 @@ TF_CONFIG_NAMES = {"job_name": "TF_CONFIG's task type", "task_id": "TF_CONFIG's 
 
 
 def cluster_settings(job_name, task_id, ps_hosts, worker_hosts, num_replicas_to_aggregate=None,
-                     startup_timeout_secs=600.0, step_timeout_secs=600.0, tf_config=""):
+                     startup_timeout_secs=ClusterSettings.startup_timeout_secs,
+                     step_timeout_secs=ClusterSettings.step_timeout_secs, tf_config=""):
     """Validated ClusterSettings, or None when neither a cluster flag nor `tf_config` (the
     TF_CONFIG environment variable's text) names a cluster: this machine alone.
 

@@ -12,6 +12,7 @@ import numpy as np
 from common import cli
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp")
+DEFAULT_BATCH_SIZE = 16  # images classified together
 
 
 class ImageError(cli.UserError):
@@ -91,7 +92,8 @@ def image_files(paths, files=LOCAL_FILES):
     return found, missing
 
 
-def classify_files(predict, paths, batch_size=16, on_batch=None, files=LOCAL_FILES):
+def classify_files(predict, paths, batch_size=DEFAULT_BATCH_SIZE, on_batch=None,
+                   files=LOCAL_FILES):
     """Yields a Prediction per file of `paths`, in order.
 
     predict: callable(list of encoded images) -> {classes, probabilities, label_texts, ...},

@@ -47,7 +47,6 @@ SERVING_SIGNATURE = "serving_default"
 IMAGES_SIGNATURE = "predict_images"
 BYTES_INPUT = "image_bytes"  # the `_bytes` suffix tells REST front ends to expect base64
 IMAGES_INPUT = "images"
-DEFAULT_TOP_K = model_files.DEFAULT_TOP_K
 SAVED_MODEL_FILE = "saved_model.pb"
 LIMIT_CONSTANT = "max_image_pixels"
 BACKGROUND_TEXT = "background"
@@ -85,8 +84,8 @@ def prediction_outputs(logits, texts, top_k):
             "label_texts": tf.gather(tf.constant(texts), classes), "logits": logits}
 
 
-def build_serving_graph(settings, label_names=(), top_k=DEFAULT_TOP_K, logits_fn=None,
-                        max_pixels=image_limits.MAX_IMAGE_PIXELS,
+def build_serving_graph(settings, label_names=(), top_k=model_files.DEFAULT_TOP_K,
+                        logits_fn=None, max_pixels=image_limits.MAX_IMAGE_PIXELS,
                         limit_flag=image_limits.LIMIT_FLAG):
     """Builds the inference graph for ModelSettings `settings`; returns ServingGraph.
 
@@ -137,7 +136,7 @@ def check_export_dir(export_dir):
 
 
 def export_saved_model(checkpoint_path, stored, label_names, export_dir,
-                       top_k=DEFAULT_TOP_K, logits_fn=None,
+                       top_k=model_files.DEFAULT_TOP_K, logits_fn=None,
                        max_pixels=image_limits.MAX_IMAGE_PIXELS, formats=(SAVED_MODEL_FORMAT,),
                        calibration=None):
     """Writes the SavedModel of `checkpoint_path` to `<export_dir>/<step>`; returns that path.
@@ -210,8 +209,9 @@ def _publish(partial_dir, version_dir):
         tf.io.gfile.copy(source, target)
 
 
-def export_training_run(checkpoint_dir, export_dir, checkpoint_path="", top_k=DEFAULT_TOP_K,
-                        log=print, max_pixels=image_limits.MAX_IMAGE_PIXELS,
+def export_training_run(checkpoint_dir, export_dir, checkpoint_path="",
+                        top_k=model_files.DEFAULT_TOP_K, log=print,
+                        max_pixels=image_limits.MAX_IMAGE_PIXELS,
                         formats=(SAVED_MODEL_FORMAT,),
                         calibration_count=rules.DEFAULT_CALIBRATION_IMAGES):
     """Exports the newest usable checkpoint of the training directory `checkpoint_dir` (or

@@ -1,14 +1,21 @@
 """The folder tree shows the architecture, and the BUILD files say so truly: every target's
 deps are what its sources import (tools/build_deps.py), no two module names of the application
-can be confused, no file or function grows past what a reader takes in at once, and every
-error meant for users is a common.cli.UserError, the one class the entry points catch."""
+can be confused, no file or function grows past what a reader takes in at once, every
+error meant for users is a common.cli.UserError, the one class the entry points catch, and
+every flag is generated from its setting (default once, help once)."""
 
 import ast
+import dataclasses
 import os
 import unittest
 
+from absl import flags
 from absl.testing import absltest
 
+from inception.config import cluster as cluster_lib
+from inception.config import flag_table
+from inception.config import rules
+from inception.config import settings as settings_lib
 from tools import build_deps
 
 MAX_FILE_LINES = 400
@@ -105,6 +112,25 @@ class LayoutTest(unittest.TestCase):
                       if isinstance(node, ast.ExceptHandler) and node.type is not None]
             with self.subTest(entry_point=path):
                 self.assertFalse([kind for kind in caught if "ValueError" in kind], caught)
+
+    def test_every_flag_is_its_settings_field_with_its_help_declared_once(self):
+        tables = ((list(settings_lib.SECTIONS.values()), flag_table.TRAIN_HELP),
+                  ([settings_lib.EvalSettings], flag_table.EVAL_HELP),
+                  ([cluster_lib.ClusterSettings], flag_table.CLUSTER_HELP))
+        for sections, help_table in tables:
+            fields = {field.name: field for section in sections
+                      for field in dataclasses.fields(section)
+                      if not field.metadata.get("resolved") and field.name != "plan"}
+            with self.subTest(sections=[section.__name__ for section in sections]):
+                self.assertEqual(sorted(help_table), sorted(fields))
+                values = flags.FlagValues()
+                flag_table.define_flags(flags, sections, help_table, values)
+                for name, field in fields.items():
+                    flag = values[rules.FLAG_NAMES.get(name, name)]
+                    want = flag_table.flag_default(field)
+                    self.assertEqual(flag.default, list(want) if isinstance(want, tuple)
+                                     else want, name)
+                    self.assertIn(help_table[name], flag.help)
 
 
 if __name__ == "__main__":

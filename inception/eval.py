@@ -10,11 +10,12 @@ from absl import flags
 
 from common import cli
 from inception.config import flag_table
+from inception.config import help_texts
 from inception.config import settings as settings_lib
 from inception.driver import startup
 
 FLAGS = flags.FLAGS
-flag_table.define_flags(flags, [settings_lib.EvalSettings], flag_table.EVAL_HELP)
+flag_table.define_flags(flags, [settings_lib.EvalSettings], help_texts.EVAL_HELP)
 flags.adopt_module_key_flags(flag_table)  # --help lists them as this program's own
 PATH_SETTINGS = ("checkpoint_dir", "eval_dir", "data_dir")
 
@@ -22,7 +23,7 @@ PATH_SETTINGS = ("checkpoint_dir", "eval_dir", "data_dir")
 def settings_from_flags():
     """EvalSettings from the parsed flags, checked (one line and exit 2 for a bad one)."""
     try:
-        values = {name: FLAGS[name].value for name in flag_table.EVAL_HELP}
+        values = {name: FLAGS[name].value for name in help_texts.EVAL_HELP}
         values.update({name: cli.user_path(values[name]) for name in PATH_SETTINGS})
         return settings_lib.EvalSettings(**values).validate()
     except cli.UserError as error:

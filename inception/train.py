@@ -22,14 +22,15 @@ from absl import flags
 from common import cli
 from inception.config import cluster as cluster_lib
 from inception.config import flag_table
+from inception.config import help_texts
 from inception.config import plans
 from inception.config import rules
 from inception.config import settings as settings_lib
 from inception.driver import startup
 
 FLAGS = flags.FLAGS
-flag_table.define_flags(flags, settings_lib.SECTIONS.values(), flag_table.TRAIN_HELP)
-flag_table.define_flags(flags, [cluster_lib.ClusterSettings], flag_table.CLUSTER_HELP)
+flag_table.define_flags(flags, settings_lib.SECTIONS.values(), help_texts.TRAIN_HELP)
+flag_table.define_flags(flags, [cluster_lib.ClusterSettings], help_texts.CLUSTER_HELP)
 flags.adopt_module_key_flags(flag_table)  # --help lists them as this program's own
 
 flags.DEFINE_bool("find_learning_rate", False, "Instead of training, run the learning-rate "

@@ -14,6 +14,7 @@ from absl.testing import absltest
 
 from inception.config import cluster as cluster_lib
 from inception.config import flag_table
+from inception.config import help_texts
 from inception.config import rules
 from inception.config import settings as settings_lib
 from tools import build_deps
@@ -114,9 +115,9 @@ class LayoutTest(unittest.TestCase):
                 self.assertFalse([kind for kind in caught if "ValueError" in kind], caught)
 
     def test_every_flag_is_its_settings_field_with_its_help_declared_once(self):
-        tables = ((list(settings_lib.SECTIONS.values()), flag_table.TRAIN_HELP),
-                  ([settings_lib.EvalSettings], flag_table.EVAL_HELP),
-                  ([cluster_lib.ClusterSettings], flag_table.CLUSTER_HELP))
+        tables = ((list(settings_lib.SECTIONS.values()), help_texts.TRAIN_HELP),
+                  ([settings_lib.EvalSettings], help_texts.EVAL_HELP),
+                  ([cluster_lib.ClusterSettings], help_texts.CLUSTER_HELP))
         for sections, help_table in tables:
             fields = {field.name: field for section in sections
                       for field in dataclasses.fields(section)

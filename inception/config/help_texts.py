@@ -1,0 +1,265 @@
+"""The help text of every training, cluster and evaluation flag, by setting name (the flag's
+name is rules.FLAG_NAMES' where it differs). config/flag_table.py makes the flags from the
+settings' fields and these texts. Free of TensorFlow."""
+
+from common import holdout
+from inception.config import recipe
+from inception.config import rules
+
+TRAIN_HELP = {
+    "train_dir":
+        "Directory for checkpoints, event logs and model_settings.json; training "
+        "resumes from the newest checkpoint here.",
+    "data_dir":
+        "Directory of TFRecord shards (train-*-of-*), or a folder of "
+        "images: <folder>/{train,validation}/<label>/<image>, or <folder>/<label>/"
+        "<image> with --validation_fraction (its shards are built once into a cache "
+        "and rebuilt when its files change); empty: the embedded demo data set, "
+        "generated on first use.",
+    "validation_fraction":
+        "For a --data_dir of label folders: the fraction "
+        "of each label's images kept for validation (e.g. 0.2; at most "
+        f"{holdout.MAX_VALIDATION_FRACTION}).",
+    "dataset":
+        "Data set; empty: demo without --data_dir, else read labels.txt there.",
+    "num_labels":
+        "Labels in the data (background excluded); only for "
+        "shards without labels.txt that are not imagenet or flowers.",
+    "subset":
+        "Which shards to train on (train-*, validation-*).",
+    "num_towers":
+        "Number of towers: one per GPU (default: every GPU), or "
+        "virtual CPU devices when there is no GPU (default 2).",
+    "virtual_gpu_memory_mb":
+        "Allow more towers than GPUs by splitting each "
+        "GPU into virtual GPUs of this many MB.",
+    "batch_size":
+        "Global batch size, split evenly across towers "
+        f"(default: {recipe.describe_default('batch_size')}).",
+    "max_steps":
+        "Train up to this global step (default: "
+        f"{recipe.DEMO_DEFAULTS.max_steps} for the demo, "
+        f"{recipe.IMAGENET_DEFAULTS.max_steps} for ImageNet; your own data "
+        "trains --num_epochs).",
+    "num_epochs":
+        "Instead of --max_steps: train this many passes over the "
+        "training split's examples, counted in updates (ceil(epochs x examples / "
+        "examples per update), accumulation included); logged at the start. Default: "
+        f"{recipe.OWN_DATA_DEFAULTS.num_epochs:g} for your own data without "
+        "--max_steps; the demo and ImageNet take --max_steps.",
+    "image_size":
+        "Input height and width (default: "
+        f"{recipe.describe_default('image_size')}).",
+    "depth_multiplier":
+        "Scales every layer's channels (default: "
+        f"{recipe.describe_default('depth_multiplier')}).",
+    "initial_learning_rate":
+        "Initial learning rate (default: "
+        f"{recipe.describe_default('initial_learning_rate')}).",
+    "num_epochs_per_decay":
+        "Epochs between learning-rate decays "
+        f"(default: {recipe.describe_default('num_epochs_per_decay')}).",
+    "learning_rate_decay_factor":
+        "Learning-rate decay factor.",
+    "learning_rate_scaling":
+        "How --initial_learning_rate follows the "
+        "examples of one update (--batch_size x --accumulate_steps, x the workers of "
+        "a cluster): it is the rate for the recipe's base batch of "
+        f"{recipe.BASE_BATCH_SIZE}, multiplied by their ratio (linear), its square "
+        "root (sqrt, the default), or kept (none). The log prints the rate used.",
+    "label_smoothing":
+        "Label smoothing of the "
+        "cross-entropy's targets (0: none; default: the original's "
+        f"{recipe.LABEL_SMOOTHING:g}).",
+    "class_weight":
+        "Weigh each class's training examples in the loss: "
+        "'balanced' (n / (classes x n_c), counted from the training split), or a "
+        "file of '<label> <weight>' lines (names from labels.txt or numbers; "
+        "others weigh 1). Default: every example weighs 1.",
+    "clip_gradient_norm":
+        "Clip the averaged gradients of each update to "
+        "this global norm (after loss scaling is undone; default 0: no clipping). "
+        "The log says how often it clipped; TensorBoard shows clipped_updates.",
+    "seed":
+        "Seed of the initial weights, the input order and every random "
+        "draw of training (distortions, augmentation, mixing, dropout).",
+    "deterministic":
+        "TensorFlow's op determinism: the same command writes "
+        "bit-identical checkpoints on the same machine (--seed, 0 if not given).",
+    "precision":
+        "Arithmetic of the towers: fp32 (TF32 tensor cores on GPUs that have them); "
+        "bf16 (GPUs of compute capability 8.0+, or CPUs with AVX512-BF16/AMX); fp16 "
+        "(GPUs, with dynamic loss scaling). Variables, loss and averaging stay fp32.",
+    "variable_update":
+        "How the towers share the variables: parameter_server (one copy on "
+        "--variable_device, or on the parameter servers of a cluster; each step the "
+        "towers read it and send their gradients there), replicated (a copy on every "
+        "tower's device and an all-reduce of the gradients: NCCL between GPUs, "
+        "TensorFlow's collective ring otherwise, also between the workers of a "
+        "cluster without --ps_hosts), or auto: on a cluster what it has (parameter "
+        "servers or not), replicated with two or more GPUs, else parameter_server. "
+        "See README, Several GPUs.",
+    "variable_device":
+        "With --variable_update=parameter_server: where the variables, the gradient "
+        "averaging and the updates live: cpu (as in the original; the towers read "
+        "them from there), gpu (the first GPU), or auto: the GPU when there is one "
+        "GPU, else the CPU. See README, Benchmarks.",
+    "all_reduce_buffers":
+        "With --variable_update=replicated: the gradients are packed into this many "
+        "buffers before the all-reduce (0: one all-reduce per variable).",
+    "xla":
+        "Compile the step with XLA auto-clustering (fuses batch norm, "
+        "ReLU and friends; slower on this project's CPU, see README, Benchmarks).",
+    "strict_input":
+        "Stop on a damaged image instead of skipping it.",
+    "balanced_sampling":
+        "Resample the training split toward equal "
+        "classes: each record is drawn n / (classes x n_c) times an epoch on average "
+        "(rare classes repeated, common ones thinned), epochs keeping their length. "
+        "Default: off, each record once an epoch. Not with --class_weight=balanced.",
+    "histograms":
+        "Write gradient and variable histograms (costly).",
+    "profile_steps":
+        "Trace these steps of the run with TensorFlow's profiler, "
+        "e.g. 20,25 (first,last; one number: that step) into <train_dir>/plugins/"
+        "profile, for TensorBoard's Profile tab: trace viewer, op statistics, and "
+        "whether the input is the bottleneck (README, Profiling). Default: none; "
+        "other steps run as without it. On a cluster the chief traces.",
+    "log_every_n_steps":
+        "Log a loss line every this many steps.",
+    "save_summaries_steps":
+        "Write summaries every this many steps (0: off).",
+    "save_summaries_secs":
+        "Also write summaries every this many seconds.",
+    "save_checkpoint_steps":
+        "Checkpoint every this many steps (0: off).",
+    "save_interval_secs":
+        "Also checkpoint every this many seconds (0: off).",
+    "keep_checkpoints":
+        "Keep the newest this many checkpoints (older ones "
+        "are deleted, over resumed runs too).",
+    "keep_checkpoint_every_n_hours":
+        "Also keep one checkpoint every this "
+        "many hours of training (0: none kept that way).",
+    "on_nan":
+        "When a loss, an update or a variable "
+        "becomes NaN/Inf: stop (the newest checkpoint is the last good one), or "
+        "rollback to the newest finite checkpoint of this run and go on with the next "
+        "batches.",
+    "max_nan_rollbacks":
+        "With --on_nan=rollback: stop after this many "
+        "rollbacks in one run.",
+    "on_divergence":
+        "When the smoothed loss "
+        "climbs to twice its starting value: warn (one line) or stop.",
+    "eval_every_n_steps":
+        "Score the validation shards every this many "
+        "steps and at the end, in this process (0: never; default: "
+        f"{recipe.describe_default('eval_every_n_steps')}); results in "
+        "<train_dir>/eval_validation, the best checkpoint in <train_dir>/best.",
+    "eval_batch_size":
+        "Examples per batch of that validation.",
+    "best_metric":
+        "What makes a checkpoint the best one (loss: the lowest; the others: the "
+        "highest).",
+    "export_best_dir":
+        "Export each new best checkpoint here as the next "
+        "SavedModel version (as //inception:export writes them), for a server "
+        "that watches this directory.",
+    "stop_after_evals_without_improvement":
+        "Early stopping: stop (saving "
+        "first) after this many validations without a new best (0: never).",
+    "warmup_steps":
+        "Ramp the learning rate up linearly over this many "
+        f"steps (default: {recipe.describe_default('warmup_steps')}).",
+    "optimizer":
+        "The optimizer (default: "
+        f"{recipe.describe_default('optimizer')}); a --training_plan stage that names "
+        "its own keeps it.",
+    "learning_rate_schedule":
+        "After the warm-up: the original's staircase 'exponential' decay (by "
+        "--learning_rate_decay_factor every --num_epochs_per_decay epochs), 'cosine' "
+        "down to zero at --max_steps, or 'constant'. A --training_plan stage may name "
+        "its own (over its steps).",
+    "accumulate_steps":
+        "Micro-batches per update: each update averages "
+        "the gradients of this many global batches of --batch_size, so it sees "
+        "accumulate_steps x --batch_size examples (the schedule and epochs count "
+        "updates).",
+    "augment":
+        "Augmentation after each "
+        "training image's crop, flip and colours: 'randaugment' applies "
+        "--randaugment_ops random operations at --randaugment_magnitude.",
+    "randaugment_ops":
+        "With --augment=randaugment: operations per image.",
+    "randaugment_magnitude":
+        "With --augment=randaugment: their strength, "
+        f"0-{rules.MAX_RANDAUGMENT_MAGNITUDE} (10: each operation's full range).",
+    "random_erasing":
+        "Probability that a training image gets one random "
+        "rectangle of noise (0: off; 0.25 is common).",
+    "mixup_alpha":
+        "Mixup: each tower's batch mixed with itself reversed at "
+        "a ratio drawn from Beta(alpha, alpha), labels mixed alike (0: off; 0.2 is "
+        "common).",
+    "cutmix_alpha":
+        "CutMix: a box of the reversed batch pasted in, its area "
+        "from Beta(alpha, alpha) (0: off; 1.0 is common); with --mixup_alpha, one of "
+        "the two per batch.",
+    "pretrained_model_checkpoint_path":
+        "Initialize a fresh --train_dir "
+        "from this checkpoint (ours, or tf-slim's inception_v3.ckpt).",
+    "fine_tune":
+        "With --pretrained_model_checkpoint_path: leave the logits "
+        "and aux-logits layers freshly initialized (for another number of classes).",
+    "checkpoint_exclude_scopes":
+        "Variable scopes not restored from "
+        "--pretrained_model_checkpoint_path.",
+    "intra_op_threads":
+        "Threads inside one op (0: TensorFlow decides).",
+    "inter_op_threads":
+        "Ops run at once (0: TensorFlow decides).",
+}
+
+CLUSTER_HELP = {
+    "job_name":
+        "Training on several machines: this "
+        "task's job, ps (parameter server) or worker; empty: this machine alone.",
+    "task_id":
+        "Index of this task in --ps_hosts or --worker_hosts; "
+        "worker 0 is the chief (initializes the model, writes every file).",
+    "ps_hosts":
+        "Parameter servers, host:port,host:port,...; none: the "
+        "workers keep their own copies and all-reduce the gradients.",
+    "worker_hosts":
+        "Workers, host:port,host:port,...",
+    "num_replicas_to_aggregate":
+        "Gradients averaged into each "
+        "synchronous update (default: one from every worker; fewer lets an update "
+        "go ahead without the slowest workers).",
+    "startup_timeout_secs":
+        "Longest a task waits for the others to come "
+        "up (and a worker for the chief to initialize the model).",
+    "step_timeout_secs":
+        "Longest a worker waits for one synchronous step "
+        "before it stops with an error naming the tasks that do not answer.",
+}
+
+EVAL_HELP = {
+    "checkpoint_dir": "The --train_dir of the training run to evaluate.",
+    "eval_dir":
+        "Where to write eval summaries (default: "
+        "<checkpoint_dir>/eval_<subset>, so TensorBoard shows it beside training).",
+    "data_dir": "Shards to evaluate on (default: the training run's).",
+    "subset": "Which shards: validation or train.",
+    "num_examples": "Evaluate the first this many examples (0: all).",
+    "batch_size": "Examples per evaluation batch.",
+    "eval_interval_secs": "How often to look for a new checkpoint.",
+    "run_once": "Evaluate the newest checkpoint once and exit.",
+    "timeout_secs":
+        "Stop watching when no new checkpoint appeared for this "
+        "long (0: watch until interrupted).",
+    "image_size": "Override the stored image size.",
+    "depth_multiplier": "Override the stored depth multiplier.",
+    "strict_input": "Stop on a damaged image instead of skipping it.",
+}

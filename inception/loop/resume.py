@@ -9,7 +9,7 @@ import os
 import tensorflow as tf
 
 from common import error_lines
-from inception.parallel import step_graph as step_graph_lib
+from inception.parallel import averages
 from inception.run import checkpoint_io
 
 tf1 = tf.compat.v1
@@ -26,7 +26,7 @@ def prepare_fresh_start(train_graph, make_initializer, saved_variables=None,
     """
     init_op = tf1.global_variables_initializer()
     initialize = make_initializer() if make_initializer else None
-    sync = step_graph_lib.sync_averages_op(train_graph.moving_average,
+    sync = averages.sync_averages_op(train_graph.moving_average,
                                            tf1.trainable_variables())
     keeper = (tf1.train.Saver(saved_variables, name="start_weights") if start_prefix
               else None)
@@ -113,7 +113,7 @@ def prepare_resume(checkpoint, train_graph, saved_variables, log):
     restorer = tf1.train.Saver(present, name="resume")
     init_missing = tf1.variables_initializer([saved_variables[name] for name in missing])
     averages = {train_graph.moving_average.average_name(v): v for v in tf1.trainable_variables()}
-    sync = step_graph_lib.sync_averages_op(
+    sync = averages.sync_averages_op(
         train_graph.moving_average, [averages[name] for name in missing if name in averages])
 
     position = train_graph.input_position

@@ -22,6 +22,7 @@ import tensorflow as tf
 from inception.config import plans
 from inception.config import recipe
 from inception.parallel import all_reduce as all_reduce_lib
+from inception.parallel import averages
 from inception.parallel import clipping
 from inception.parallel import copies as copies_lib
 from inception.parallel.devices import HOST_DEVICE
@@ -99,17 +100,6 @@ class TrainGraph:
         return sorted({name for ops in self.stages for name in ops.skipped})
 
 
-def warmed_up_decay(max_decay, global_step):
-    """min(max_decay, (1 + step) / (10 + step)): moving averages that are useful in short runs.
-
-    With a fixed 0.9997 the batch-norm statistics stay near their initial values for hundreds of
-    steps; this warm-up (the rule ExponentialMovingAverage applies with num_updates) lets them
-    follow the data early and reach the full decay later.
-    """
-    step = tf.cast(global_step, tf.float32)
-    return tf.minimum(max_decay, (1.0 + step) / (10.0 + step), name="batch_norm_decay")
-
-
 def build_train_graph(input_batch, make_model_fn, optimization, tower_devices,
                       examples_per_epoch, histograms=False, wrap_optimizer=None,
                       initial_loss_scale=None, variable_device=DEFAULT_VARIABLE_DEVICE,
@@ -144,7 +134,7 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices,
     with tf.device(variable_device):
         run_schedule, schedule = _schedule(optimization, examples_per_epoch / examples_per_step,
                                            max_steps, learning_rate, global_step)
-        bn_decay = warmed_up_decay(recipe.BATCH_NORM_DECAY, global_step)
+        bn_decay = averages.warmed_up_decay(recipe.BATCH_NORM_DECAY, global_step)
     copies, reducer = _replication(tower_devices, all_reduce)
     towers, staged = _build_towers(input_batch, make_model_fn(bn_decay), tower_devices,
                                    variable_device, stage_inputs, optimization.accumulate_steps,
@@ -152,7 +142,7 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices,
     regularization = towers_lib.regularization_loss(
         variable_device, copies.regularization_terms(0) if copies else None)
     with tf.device(variable_device):
-        moving_average = _averages_of_every_variable(global_step, copies)
+        moving_average = averages.averages_of_every_variable(global_step, copies)
         loss_scale = initial_loss_scale and loss_scaling.create_loss_scale(initial_loss_scale)
     shared = _SharedParts(towers, regularization, schedule, bn_decay, global_step,
                           moving_average, _step_extras(towers, staged, input_batch),
@@ -247,23 +237,6 @@ def _with_held_inputs(model_fn):
             tf1.add_to_collection(MICRO_BATCH_INPUTS, copy.op)
         return model_fn(*copies)
     return held_model_fn
-
-
-def _averages_of_every_variable(global_step, copies):
-    # Every trainable variable (and each copy of one) gets its average now, whatever the
-    # stages train, so that checkpoints always hold the averages evaluation restores.
-    moving_average = tf1.train.ExponentialMovingAverage(recipe.MOVING_AVERAGE_DECAY,
-                                                        num_updates=global_step)
-    moving_average.apply(tf1.trainable_variables() + (copies.all_copies() if copies else []))
-    return moving_average
-
-
-def sync_averages_op(moving_average, variables):
-    """An op setting the moving averages of `variables` to their current values (after a
-    pretrained restore, or for averages a checkpoint lacks); a no-op for an empty list. Each
-    assignment runs where its average lives (wherever --variable_device put it)."""
-    with tf.name_scope("sync_averages"):
-        return tf.group(*[moving_average.average(v).assign(v) for v in variables])
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,6 +14,7 @@ from tensorflow.core.framework import summary_pb2
 from inception.config import plans
 from inception.config import recipe
 from inception.config import tags
+from inception.parallel import averages
 from inception.parallel import step_graph
 from inception.parallel import towers
 from tests import testing_utils
@@ -65,7 +66,7 @@ class WarmedUpDecayTest(unittest.TestCase):
         steps = [0, 1, 9, 90, 2990, 10**6]
         with tf.Graph().as_default():
             step = tf1.placeholder(tf.int64, [])
-            decay = step_graph.warmed_up_decay(recipe.BATCH_NORM_DECAY, step)
+            decay = averages.warmed_up_decay(recipe.BATCH_NORM_DECAY, step)
             with tf1.Session() as session:
                 values = [session.run(decay, {step: s}) for s in steps]
         expected = [min(recipe.BATCH_NORM_DECAY, (1.0 + s) / (10.0 + s)) for s in steps]
@@ -120,18 +121,18 @@ class StagesTest(unittest.TestCase):
         with tf.Graph().as_default():
             built = build(TWO_STAGES)
             kernel = [v for v in tf1.trainable_variables() if v.op.name == CONV[1]][0]
-            sync_kernel = step_graph.sync_averages_op(built.moving_average, [kernel])
-            sync_none = step_graph.sync_averages_op(built.moving_average, [])
+            sync_kernel = averages.sync_averages_op(built.moving_average, [kernel])
+            sync_none = averages.sync_averages_op(built.moving_average, [])
             with session_for(built) as session:
                 session.run(built.stages[0].train_op)  # the averages lag behind the update
-                weights, averages = weights_and_averages(session, built)
-                self.assertEqual(changed(weights, averages), CONV)
+                weights, moved = weights_and_averages(session, built)
+                self.assertEqual(changed(weights, moved), CONV)
                 session.run(sync_none)
-                self.assertEqual(changed(averages, weights_and_averages(session, built)[1]), [])
+                self.assertEqual(changed(moved, weights_and_averages(session, built)[1]), [])
                 session.run(sync_kernel)
-                weights, averages = weights_and_averages(session, built)
-                np.testing.assert_array_equal(averages[CONV[1]], weights[CONV[1]])
-                self.assertEqual(changed(weights, averages), [CONV[0]])
+                weights, moved = weights_and_averages(session, built)
+                np.testing.assert_array_equal(moved[CONV[1]], weights[CONV[1]])
+                self.assertEqual(changed(weights, moved), [CONV[0]])
 
 
 class SelectionTest(unittest.TestCase):

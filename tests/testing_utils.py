@@ -10,7 +10,6 @@ from unittest import mock
 
 import numpy as np
 import tensorflow as tf
-
 from tf_slim.ops import arg_scope
 
 from data import demo_data
@@ -19,6 +18,7 @@ from inception.config import settings as settings_lib
 from inception.inputs import datasets
 from inception.inputs import pipeline
 from inception.model import network
+from inception.parallel import gradients as gradients_lib
 from inception.parallel import step_graph
 from inception.parallel import towers
 from inception.validation import scoring
@@ -162,7 +162,7 @@ def run_towers(images, labels, model_fn, devices, config, var_scopes=None):
         var_list = tf1.trainable_variables()
         if var_scopes:
             var_list = towers.variables_in_scopes(var_scopes)
-        gradients = towers.build_gradients(tower_list, var_list, regularization)
+        gradients = gradients_lib.build_gradients(tower_list, var_list, regularization)
         fetch = {variable.op.name: grad for grad, variable in gradients.grads_and_vars}
         info = {
             "variables": [v.op.name for v in tf1.global_variables()],

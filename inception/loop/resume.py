@@ -112,9 +112,9 @@ def prepare_resume(checkpoint, train_graph, saved_variables, log):
     checkpoint_io.check_restorable(checkpoint, present, hint=hint)
     restorer = tf1.train.Saver(present, name="resume")
     init_missing = tf1.variables_initializer([saved_variables[name] for name in missing])
-    averages = {train_graph.moving_average.average_name(v): v for v in tf1.trainable_variables()}
+    averaged = {train_graph.moving_average.average_name(v): v for v in tf1.trainable_variables()}
     sync = averages.sync_averages_op(
-        train_graph.moving_average, [averages[name] for name in missing if name in averages])
+        train_graph.moving_average, [averaged[name] for name in missing if name in averaged])
 
     position = train_graph.input_position
     if position is not None and position.op.name in missing:

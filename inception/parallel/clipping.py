@@ -18,7 +18,7 @@ COUNTER_NAME = "clipped_updates"
 class Clipping:
     """The clipped gradients of one stage, and the count of clipped updates, this one's
     included (running it counts this update)."""
-    gradients: object  # towers.AveragedGradients
+    gradients: object  # gradients.AveragedGradients
     count: tf.Tensor
 
 
@@ -42,7 +42,7 @@ def counter_if(clip_norm, device=HOST_DEVICE):
 
 
 def clip_gradients(gradients, clipped_updates):
-    """Clipping of towers.AveragedGradients `gradients` to the global norm of ClippedUpdates
+    """Clipping of gradients.AveragedGradients `gradients` to the global norm of ClippedUpdates
     `clipped_updates`, whose counter counts the update when it clipped; every device's copy of
     them (replicated variables) is clipped alike, by its own norm of the same values."""
     clip_norm, counter = clipped_updates.clip_norm, clipped_updates.counter

@@ -27,6 +27,7 @@ from inception.parallel import clipping
 from inception.parallel import copies as copies_lib
 from inception.parallel.devices import HOST_DEVICE
 from inception.parallel import gpu_prefetch
+from inception.parallel import gradients as gradients_lib
 from inception.parallel import loss_scaling
 from inception.parallel import optimizers as optimizers_lib
 from inception.parallel import schedules
@@ -303,14 +304,14 @@ def _build_stage(stage, index, shared):
 
 
 def _gradients(shared, var_list, loss_terms):
-    """towers.AveragedGradients of `var_list` for the stage's `loss_terms`: averaged on the
+    """gradients.AveragedGradients of `var_list` for the stage's `loss_terms`: averaged on the
     variable device, or on every device's copies when replicated."""
     scale = shared.loss_scale.scale if shared.loss_scale else None
     if shared.copies is None:
-        return towers_lib.build_gradients(shared.towers, var_list, shared.regularization,
+        return gradients_lib.build_gradients(shared.towers, var_list, shared.regularization,
                                           loss_terms, variable_device=shared.variable_device,
                                           loss_scale=scale)
-    return towers_lib.build_replicated_gradients(
+    return gradients_lib.build_replicated_gradients(
         shared.towers, var_list, shared.regularization, shared.copies, shared.reducer.sum,
         loss_terms, scale, shared.reducer.spec.num_workers)
 

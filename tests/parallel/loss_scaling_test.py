@@ -12,6 +12,7 @@ from inception.config import recipe
 from inception.inputs import pipeline
 from inception.parallel import loss_scaling
 from inception.parallel import step_graph
+from inception.parallel import gradients as gradients_lib
 from inception.parallel import towers
 from tests import testing_utils
 
@@ -28,7 +29,7 @@ def scaled_gradients(loss_scale):
         tower_list = towers.build_towers(testing_utils.small_conv_model_fn(), inputs,
                                          ["/cpu:0", "/cpu:1"])
         scale = None if loss_scale is None else tf.constant(loss_scale)
-        gradients = towers.build_gradients(tower_list, tf1.trainable_variables(),
+        gradients = gradients_lib.build_gradients(tower_list, tf1.trainable_variables(),
                                            towers.regularization_loss(), loss_scale=scale)
         fetch = {v.op.name: g for g, v in gradients.grads_and_vars}
         with tf1.Session(config=testing_utils.cpu_session_config(2)) as session:

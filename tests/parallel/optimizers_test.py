@@ -13,6 +13,7 @@ from inception.config import settings as settings_lib
 from inception.loop import session_loop
 from inception.parallel import optimizers
 from inception.parallel import step_graph
+from inception.parallel import gradients as gradients_lib
 from inception.parallel import towers
 from tests import testing_utils
 
@@ -63,7 +64,7 @@ def stage_gradients(num_towers, stage, images, labels):
         tower_list = towers.build_towers(gan_model_fn, inputs,
                                          [f"/cpu:{i}" for i in range(num_towers)])
         var_list = optimizers.select_variables(stage, tf1.trainable_variables())
-        gradients = towers.build_gradients(tower_list, var_list, towers.regularization_loss(),
+        gradients = gradients_lib.build_gradients(tower_list, var_list, towers.regularization_loss(),
                                            stage.loss_terms)
         fetch = {v.op.name: g for g, v in gradients.grads_and_vars}
         with tf1.Session(config=testing_utils.cpu_session_config(num_towers)) as session:

@@ -9,6 +9,7 @@ from absl.testing import absltest
 from common import cli
 from inception.model import network
 from inception.model.slim_compat import tf_slim as slim
+from inception.parallel import gradients
 from inception.parallel import towers
 from tests import testing_utils
 
@@ -117,7 +118,7 @@ class TowerStructureTest(unittest.TestCase):
             a = tf1.get_variable("a", [2], initializer=tf1.zeros_initializer())
             b = tf1.get_variable("b", [2], initializer=tf1.zeros_initializer())
             per_tower = [[tf.constant([2.0, 4.0]), None], [None, None]]
-            averaged, skipped = towers.average_gradients(per_tower, [a, b])
+            averaged, skipped = gradients.average_gradients(per_tower, [a, b])
             self.assertEqual(skipped, ["b"])
             with tf1.Session() as session:
                 np.testing.assert_allclose(session.run(averaged[0][0]), [1.0, 2.0])

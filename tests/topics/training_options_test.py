@@ -21,7 +21,7 @@ from inception.driver import launch
 from inception.driver import resolution
 from inception.model import network
 from inception.parallel import clipping
-from inception.parallel import towers
+from inception.parallel import gradients as gradients_lib
 from tests import testing_utils
 
 tf1 = tf.compat.v1
@@ -143,7 +143,7 @@ class ClippingTest(unittest.TestCase):
                           for i, grad in enumerate(grads)] for copy in range(copies)]
             pairs = [(tf.constant(grad), variable)
                      for copy_vars in variables for grad, variable in zip(grads, copy_vars)]
-            averaged = towers.AveragedGradients(pairs[:len(grads)], [],
+            averaged = gradients_lib.AveragedGradients(pairs[:len(grads)], [],
                                                 every_copy=pairs if copies > 1 else ())
             clipped_updates = clipping.counter_if(bound)
             counter = clipped_updates.counter

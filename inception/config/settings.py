@@ -115,11 +115,12 @@ class OptimizationSettings:
 
 @dataclasses.dataclass(frozen=True)
 class AugmentationSettings:
-    """Augmentation beyond the recipe's crop, flip and colours (inputs/augment.py), all seeded
-    by --seed. augment 'randaugment': randaugment_ops random ops at randaugment_magnitude (0 to
-    MAX_RANDAUGMENT_MAGNITUDE) on each training image after its crop; random_erasing: the
-    probability of a rectangle of noise per image; mixup_alpha, cutmix_alpha: Beta(alpha,
-    alpha) mixing of each tower's batch with soft labels (0: off; both: one per batch)."""
+    """Augmentation beyond the recipe's crop, flip and colours (inputs/augment.py and
+    mixing.py), all seeded by --seed. augment 'randaugment': randaugment_ops random ops at
+    randaugment_magnitude (0 to MAX_RANDAUGMENT_MAGNITUDE) on each training image after its
+    crop; random_erasing: the probability of a rectangle of noise per image; mixup_alpha,
+    cutmix_alpha: Beta(alpha, alpha) mixing of each tower's batch with soft labels (0: off;
+    both: one per batch)."""
     augment: str = rules.AUGMENTS[0]
     randaugment_ops: int = 2
     randaugment_magnitude: int = 9

@@ -19,7 +19,7 @@ from tf_slim.nets import inception_v3
 
 from inception.config import recipe
 from inception.config.rules import MIN_AUX_IMAGE_SIZE
-from inception.inputs import augment
+from inception.inputs import mixing
 from inception.model import mixed_precision
 from inception.model.slim_compat import tf_slim as slim
 from inception.parallel import towers
@@ -161,7 +161,7 @@ def make_model_fn(settings, batch_norm_decay, compute_dtype=None, augmentation=N
     compute_dtype: tf.bfloat16 / tf.float16 builds the network in that dtype with float32
     variables (mixed_precision.py; GPU towers); None builds it in float32.
     augmentation: settings.AugmentationSettings whose Mixup/CutMix mix each tower's batch
-    (inputs/augment.py), drawn from `seed`, the global step and the tower's number; None: none.
+    (inputs/mixing.py), drawn from `seed`, the global step and the tower's number; None: none.
     Dropout's masks are drawn statelessly from the same three, so a resumed run repeats them.
     label_smoothing, class_weights: of the cross-entropy (classification_losses).
     """
@@ -198,7 +198,7 @@ def _mixed(images, labels, num_classes, augmentation, stream):
     if augmentation is None or not (augmentation.mixup_alpha or augmentation.cutmix_alpha):
         return images, tf.one_hot(labels, num_classes)
     with tf.name_scope("mix_batch"):
-        mixed, targets, _ = augment.mix_batch(images, labels, num_classes,
-                                              augmentation.mixup_alpha,
-                                              augmentation.cutmix_alpha, stream)
+        mixed, targets, _ = mixing.mix_batch(images, labels, num_classes,
+                                             augmentation.mixup_alpha,
+                                             augmentation.cutmix_alpha, stream)
     return mixed, targets

@@ -10,6 +10,7 @@ from absl.testing import absltest
 from PIL import Image, ImageEnhance, ImageOps
 
 from inception.inputs import augment
+from inception.inputs import mixing
 
 tf1 = tf.compat.v1
 SIZE = 32
@@ -222,7 +223,7 @@ class MixBatchTest(unittest.TestCase):
     CLASSES = 5
 
     def mixed(self, images, mixup_alpha, cutmix_alpha, seeds):
-        return per_seed(lambda seed: augment.mix_batch(
+        return per_seed(lambda seed: mixing.mix_batch(
             tf.constant(images), tf.constant(self.LABELS), self.CLASSES, mixup_alpha,
             cutmix_alpha, seed), seeds)
 

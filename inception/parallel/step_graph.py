@@ -11,7 +11,7 @@ the towers are built K times (micro-batch k on tower i is `tower_{k * num_towers
 the one average over all of them is the update, so K x towers x per-tower batch examples make
 it, the global step counts updates and `mean_loss` covers every micro-batch. They are built
 into the one step's graph, and in a one-stage plan each micro-batch starts once the previous
-one's gradients are done (one_micro_batch_at_a_time), so the step holds the activations of one
+one's gradients are done (micro_batches.py), so the step holds the activations of one
 global batch at a time.
 """
 
@@ -26,9 +26,9 @@ from inception.parallel import averages
 from inception.parallel import clipping
 from inception.parallel import copies as copies_lib
 from inception.parallel.devices import HOST_DEVICE
-from inception.parallel import gpu_prefetch
 from inception.parallel import gradients as gradients_lib
 from inception.parallel import loss_scaling
+from inception.parallel import micro_batches
 from inception.parallel import optimizers as optimizers_lib
 from inception.parallel import schedules
 from inception.parallel import summaries
@@ -37,7 +37,6 @@ from inception.parallel import towers as towers_lib
 tf1 = tf.compat.v1
 
 DEFAULT_VARIABLE_DEVICE = HOST_DEVICE  # as in the original; the run's Placement decides
-MICRO_BATCH_INPUTS = "micro_batch_inputs"  # graph collection: each tower's input copies
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,9 +136,9 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices,
                                            max_steps, learning_rate, global_step)
         bn_decay = averages.warmed_up_decay(recipe.BATCH_NORM_DECAY, global_step)
     copies, reducer = _replication(tower_devices, all_reduce)
-    towers, staged = _build_towers(input_batch, make_model_fn(bn_decay), tower_devices,
-                                   variable_device, stage_inputs, optimization.accumulate_steps,
-                                   copies)
+    towers, staged = micro_batches.build_towers(
+        input_batch, make_model_fn(bn_decay), tower_devices, variable_device, stage_inputs,
+        optimization.accumulate_steps, copies)
     regularization = towers_lib.regularization_loss(
         variable_device, copies.regularization_terms(0) if copies else None)
     with tf.device(variable_device):
@@ -152,7 +151,7 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices,
                           run_schedule, copies, reducer,
                           clipping.counter_if(optimization.clip_gradient_norm, variable_device))
     stage_ops = [_build_stage(stage, index, shared) for index, stage in enumerate(plan.stages)]
-    one_micro_batch_at_a_time(towers, stage_ops, len(tower_devices))
+    micro_batches.one_micro_batch_at_a_time(towers, stage_ops, len(tower_devices))
     return TrainGraph(global_step=global_step, plan=plan, stages=stage_ops,
                       corrupt_records=input_batch.corrupt_records,
                       input_initializer=input_batch.initializer, moving_average=moving_average,
@@ -187,57 +186,6 @@ def _replication(tower_devices, all_reduce):
         return None, None
     return (copies_lib.VariableCopies(tower_devices),
             all_reduce_lib.GradientReducer(tower_devices, all_reduce))
-
-
-def one_micro_batch_at_a_time(towers, stage_ops, num_towers):
-    """Makes each micro-batch's towers start only once the previous micro-batch's gradients
-    are computed, so that one micro-batch's activations are alive at a time (accumulation's
-    point: a larger update in the memory of one global batch).
-
-    Each tower's inputs pass through identity ops (_build_towers); they get control inputs
-    from the gradient norms of the previous micro-batch's towers, which need all of their
-    gradients. Added after the fact (a private but long-stable Operation method) because the
-    gradients exist only once every tower is built. A multi-stage plan (`stage_ops`, one
-    StageOps each) is left unordered: a stage's order would make the other stages compute its
-    gradients too.
-    """
-    if len(stage_ops) > 1:
-        return
-    norms = stage_ops[0].tower_gradient_norms.op.inputs
-    for tower in towers[num_towers:]:
-        micro_batch = tower.index // num_towers
-        previous = [norms[index].op for index in range((micro_batch - 1) * num_towers,
-                                                       micro_batch * num_towers)]
-        for op in tf1.get_collection(MICRO_BATCH_INPUTS, scope=tower.name_scope):
-            op._add_control_inputs(previous)  # pylint: disable=protected-access
-
-
-def _build_towers(input_batch, model_fn, tower_devices, variable_device, stage_inputs,
-                  micro_batches, copies):
-    """Splits the global batch over the towers, `micro_batches` times `tower_devices` (staged
-    on their devices one step ahead when `stage_inputs`) and builds them (each on its device's
-    copies with `copies`); returns (towers, gpu_prefetch.StagedInputs or None)."""
-    tower_devices = list(tower_devices) * micro_batches
-    tower_inputs = towers_lib.split_batch((input_batch.images, input_batch.labels),
-                                          len(tower_devices))
-    staged = gpu_prefetch.stage_on_devices(tower_inputs, tower_devices) if stage_inputs else None
-    if staged is not None:
-        tower_inputs = staged.tower_inputs
-    if micro_batches > 1:
-        model_fn = _with_held_inputs(model_fn)
-    return (towers_lib.build_towers(model_fn, tower_inputs, tower_devices, variable_device,
-                                    copies), staged)
-
-
-def _with_held_inputs(model_fn):
-    """`model_fn` taking its inputs through identity ops in the tower's name scope (collected
-    as MICRO_BATCH_INPUTS): what one_micro_batch_at_a_time orders."""
-    def held_model_fn(*inputs):
-        copies = tuple(tf.identity(tensor, name="micro_batch_input") for tensor in inputs)
-        for copy in copies:
-            tf1.add_to_collection(MICRO_BATCH_INPUTS, copy.op)
-        return model_fn(*copies)
-    return held_model_fn
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,7 +12,7 @@ from inception.config import recipe
 from inception.config import settings as settings_lib
 from inception.driver import launch
 from inception.driver import resolution
-from inception.parallel import step_graph
+from inception.parallel import micro_batches
 from tests import testing_utils
 
 tf1 = tf.compat.v1
@@ -31,7 +31,7 @@ def built_and_run(**augmentation):
     run = resolution.resolve_run(settings.validate(), log=lambda line: None)
     with tf.Graph().as_default() as graph:
         built = launch.graph_builder(run, None)()
-        inputs = [op.outputs[0] for op in tf1.get_collection(step_graph.MICRO_BATCH_INPUTS)
+        inputs = [op.outputs[0] for op in tf1.get_collection(micro_batches.MICRO_BATCH_INPUTS)
                   if op.outputs[0].shape.rank == 4]
         mixed = [tower.outputs.images for tower in built.towers]
         labels = [tower.outputs.labels for tower in built.towers]

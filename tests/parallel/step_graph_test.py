@@ -15,6 +15,7 @@ from inception.config import plans
 from inception.config import recipe
 from inception.config import tags
 from inception.parallel import averages
+from inception.parallel import micro_batches
 from inception.parallel import step_graph
 from inception.parallel import towers
 from tests import testing_utils
@@ -209,7 +210,7 @@ class AccumulationTest(unittest.TestCase):
                 lambda decay: testing_utils.small_conv_model_fn(), optimization,
                 ["/cpu:0", "/cpu:1"], 16)
             norms = [tensor.op for tensor in built.stages[0].tower_gradient_norms.op.inputs]
-            copies = tf1.get_collection(step_graph.MICRO_BATCH_INPUTS)
+            copies = tf1.get_collection(micro_batches.MICRO_BATCH_INPUTS)
         self.assertEqual(len(norms), 6)  # 3 micro-batches x 2 towers
         self.assertEqual(len(copies), 12)  # images and labels of each
         for op in copies:

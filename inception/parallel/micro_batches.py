@@ -1,0 +1,63 @@
+"""Micro-batches (--accumulate_steps K): the towers built K times over one update's input, and
+each micro-batch started only once the previous one's gradients are computed, so that one
+micro-batch's activations are alive at a time."""
+
+import tensorflow as tf
+
+from inception.parallel import gpu_prefetch
+from inception.parallel import towers as towers_lib
+
+tf1 = tf.compat.v1
+
+MICRO_BATCH_INPUTS = "micro_batch_inputs"  # graph collection: each tower's input copies
+
+
+def one_micro_batch_at_a_time(towers, stage_ops, num_towers):
+    """Makes each micro-batch's towers start only once the previous micro-batch's gradients
+    are computed, so that one micro-batch's activations are alive at a time (accumulation's
+    point: a larger update in the memory of one global batch).
+
+    Each tower's inputs pass through identity ops (build_towers); they get control inputs
+    from the gradient norms of the previous micro-batch's towers, which need all of their
+    gradients. Added after the fact (a private but long-stable Operation method) because the
+    gradients exist only once every tower is built. A multi-stage plan (`stage_ops`, one
+    step_graph.StageOps each) is left unordered: a stage's order would make the other stages compute its
+    gradients too.
+    """
+    if len(stage_ops) > 1:
+        return
+    norms = stage_ops[0].tower_gradient_norms.op.inputs
+    for tower in towers[num_towers:]:
+        micro_batch = tower.index // num_towers
+        previous = [norms[index].op for index in range((micro_batch - 1) * num_towers,
+                                                       micro_batch * num_towers)]
+        for op in tf1.get_collection(MICRO_BATCH_INPUTS, scope=tower.name_scope):
+            op._add_control_inputs(previous)  # pylint: disable=protected-access
+
+
+def build_towers(input_batch, model_fn, tower_devices, variable_device, stage_inputs,
+                  micro_batches, copies):
+    """Splits the global batch over the towers, `micro_batches` times `tower_devices` (staged
+    on their devices one step ahead when `stage_inputs`) and builds them (each on its device's
+    copies with `copies`); returns (towers, gpu_prefetch.StagedInputs or None)."""
+    tower_devices = list(tower_devices) * micro_batches
+    tower_inputs = towers_lib.split_batch((input_batch.images, input_batch.labels),
+                                          len(tower_devices))
+    staged = gpu_prefetch.stage_on_devices(tower_inputs, tower_devices) if stage_inputs else None
+    if staged is not None:
+        tower_inputs = staged.tower_inputs
+    if micro_batches > 1:
+        model_fn = _with_held_inputs(model_fn)
+    return (towers_lib.build_towers(model_fn, tower_inputs, tower_devices, variable_device,
+                                    copies), staged)
+
+
+def _with_held_inputs(model_fn):
+    """`model_fn` taking its inputs through identity ops in the tower's name scope (collected
+    as MICRO_BATCH_INPUTS): what one_micro_batch_at_a_time orders."""
+    def held_model_fn(*inputs):
+        copies = tuple(tf.identity(tensor, name="micro_batch_input") for tensor in inputs)
+        for copy in copies:
+            tf1.add_to_collection(MICRO_BATCH_INPUTS, copy.op)
+        return model_fn(*copies)
+    return held_model_fn

@@ -14,16 +14,15 @@ import tensorflow as tf
 
 from common import cli
 from inception.config import tags
+from inception.loop import built_run
 from inception.loop import dashboard
 from inception.loop import guards
 from inception.loop import log_notes
 from inception.loop import profiling
 from inception.loop import replica as replica_lib
-from inception.loop import resume
 from inception.loop import rollback
 from inception.loop.cadence import LoopCadences
 from inception.loop.stop_request import StopRequest
-from inception.parallel import copies as copies_lib
 from inception.parallel import step_graph as step_graph_lib
 from inception.run.directory import RunDirectory
 from inception.run.health import SaveRecord
@@ -87,7 +86,8 @@ def run_training(build_graph, session_config, settings, make_initializer=None, l
         tf.io.gfile.makedirs(settings.train_dir)
         run_dir.remove_interrupted_saves(log)
         checkpoint = run_dir.newest_usable(log, set_aside=True)
-    built = _build_run(build_graph, settings, replica, checkpoint, make_initializer, log)
+    built = built_run.build_run(build_graph, settings, replica, checkpoint,
+                                make_initializer, log)
     # The graphs' Python objects live as long as the run: frozen, the garbage collector stops
     # rescanning them whenever work between steps (a validation) makes many short-lived objects
     # (measured on the demo: 0.383 -> 0.365 s a step after validations, as without them).
@@ -106,7 +106,7 @@ def _train_built(built, session_config, settings, checkpoint, replica, log, vali
     end_step = min(settings.max_steps, built.train_graph.plan.total_steps or settings.max_steps)
     with replica.open_session(built.graph, session_config) as session:
         try:
-            step = _start_session(session, built, checkpoint, replica, log)
+            step = built_run.start_session(session, built, checkpoint, replica, log)
             if step >= end_step:
                 log(f"{settings.train_dir} is already at step {step}, the end of this run "
                     f"(--max_steps={settings.max_steps}); nothing to train. Raise --max_steps "
@@ -117,57 +117,6 @@ def _train_built(built, session_config, settings, checkpoint, replica, log, vali
             return loop.run(step, checkpoint)
         finally:
             replica.finish(session)
-
-
-@dataclasses.dataclass(frozen=True)
-class _BuiltRun:
-    """The finalized graph of a run and what starts, checks and saves it."""
-    graph: tf.Graph
-    train_graph: step_graph_lib.TrainGraph
-    saver: tf1.train.Saver
-    start: object  # callable(session) -> step
-    health: guards.VariableHealth
-    local_init: tf.Operation
-    keep_position: object  # callable(session, restore): resume.keeping_input_position
-
-
-def _build_run(build_graph, settings, replica, checkpoint, make_initializer, log):
-    graph = tf.Graph()
-    with graph.as_default(), replica.device_scope():
-        train_graph = build_graph()
-        saved_variables = copies_lib.saved_variables(tf1.global_variables())
-        # Relative names in TensorFlow's `checkpoint` file: the directory stays usable when it
-        # is copied or moved (run/directory.py).
-        saver = tf1.train.Saver(
-            saved_variables, max_to_keep=settings.keep_checkpoints, name="saver",
-            keep_checkpoint_every_n_hours=settings.keep_checkpoint_every_n_hours or 1e6,
-            save_relative_paths=True)
-        if not replica.is_chief:
-            start = replica.wait_until_ready
-        elif checkpoint:
-            start = resume.prepare_resume(checkpoint, train_graph, saved_variables, log)
-        else:
-            start = resume.prepare_fresh_start(train_graph, make_initializer, saved_variables,
-                                               RunDirectory(settings.train_dir).start_prefix())
-        health = guards.VariableHealth(saved_variables)
-        local_init = tf1.local_variables_initializer()
-        keep_position = resume.keeping_input_position(train_graph)
-        replica.build(train_graph)
-        graph.finalize()
-    if checkpoint:
-        saver.recover_last_checkpoints(RunDirectory(settings.train_dir).listed())
-    return _BuiltRun(graph, train_graph, saver, start, health, local_init, keep_position)
-
-
-def _start_session(session, built, checkpoint, replica, log):
-    """Initializes or restores, starts the input (the first batch staged on the devices) and
-    the replica; returns the step training continues from."""
-    step = built.start(session)
-    if checkpoint:
-        log(cli.timestamped(f"resumed from {checkpoint} (step {step})"))
-    resume.start_input(session, built.train_graph, built.local_init)
-    replica.begin(session)
-    return step
 
 
 class _Loop:

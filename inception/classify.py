@@ -77,18 +77,29 @@ def list_images(paths, file_system):
     return files, missing
 
 
-def open_model(model_path):
-    """predict(encoded images) for --model=model_path: a model file on its own runtime
-    (TensorFlow is never imported), anything else through TensorFlow; one line and exit 1
-    when it cannot be opened."""
+def model_backend(model_path):
+    """(the file system images are read from, callable() -> (exported, predict)) for
+    --model=model_path, decided once: a model file runs on its own runtime and the images are
+    local files (TensorFlow is never imported); anything else goes through TensorFlow and its
+    file systems (URLs too)."""
+    if runtimes.is_model_file(model_path):
+        return predictions.LOCAL_FILES, lambda: (
+            True, runtimes.open_model_file(model_path, log=cli.log))
+    startup.quiet_tensorflow()
+    from inception.serving import tf_models  # pylint: disable=import-outside-toplevel
+
+    def open_with_tensorflow():
+        return (tf_models.saved_model_version(model_path) is not None,
+                tf_models.open_model(model_path, log=cli.log,
+                                     max_pixels=FLAGS.max_image_pixels))
+    return tf_models.GFILE_FILES, open_with_tensorflow
+
+
+def open_model(opener):
+    """predict(encoded images) from model_backend's `opener`; one line and exit 1 when the
+    model cannot be opened."""
     try:
-        if runtimes.is_model_file(model_path):
-            exported, predict = True, runtimes.open_model_file(model_path, log=cli.log)
-        else:
-            from inception.serving import tf_models  # pylint: disable=import-outside-toplevel
-            exported = tf_models.saved_model_version(model_path) is not None
-            predict = tf_models.open_model(model_path, log=cli.log,
-                                           max_pixels=FLAGS.max_image_pixels)
+        exported, predict = opener()
     except cli.UserError as error:
         cli.fail(error)
     if FLAGS["max_image_pixels"].present and exported:
@@ -97,22 +108,12 @@ def open_model(model_path):
     return predict
 
 
-def image_file_system(model_path):
-    """Where the images are read from: local files for a model file (TensorFlow stays
-    unimported), TensorFlow's file systems (URLs too) otherwise."""
-    if runtimes.is_model_file(model_path):
-        return predictions.LOCAL_FILES
-    startup.quiet_tensorflow()
-    from inception.serving import tf_models  # pylint: disable=import-outside-toplevel
-    return tf_models.GFILE_FILES
-
-
 def main(argv):
     model_path, paths, output_json = check_flags(argv)
-    file_system = image_file_system(model_path)
+    file_system, opener = model_backend(model_path)
     files, missing = list_images(paths, file_system)
     json_file = open_output(output_json)
-    predict = open_model(model_path)
+    predict = open_model(opener)
     progress = ProgressBar(len(files), "images") if len(files) > PROGRESS_AFTER else None
     failed = len(missing)
     with json_file:

@@ -20,20 +20,17 @@ import math
 
 import tensorflow as tf
 
-from common import cli
 from inception.config import recipe
 from inception.config import rules
 from inception.parallel import all_reduce as all_reduce_lib
 from inception.parallel import hardware
+from inception.parallel import precision as precision_lib
+from inception.parallel.hardware import PlacementError
 from inception.parallel import variable_update
 
 tf1 = tf.compat.v1
 DEFAULT_CPU_TOWERS = 2
 HOST_DEVICE = "/cpu:0"  # the input pipeline's, and the variables' with --variable_device=cpu
-
-
-class PlacementError(cli.UserError):
-    """The requested towers do not fit the machine; the message says what to do."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,55 +151,6 @@ def session_config(placement, intra_op_threads=0, inter_op_threads=0):
     return config
 
 
-def check_precision(precision, placement, bf16_cpu=None, gpus=None):
-    """Raises PlacementError when `precision` cannot run on this placement.
-
-    bf16 on CPU towers needs a CPU with bf16 instructions; on GPU towers, GPUs of compute
-    capability 8.0 or newer. fp16 (with loss scaling) needs GPU towers. `bf16_cpu` and `gpus`
-    (a list of hardware.GpuInfo) stand in for this machine's in tests.
-    """
-    if precision == "bf16" and placement.device_type == "gpu":
-        found = hardware.gpu_infos() if gpus is None else gpus
-        lacking = [gpu for gpu in found if not gpu.has_bf16]
-        if lacking:
-            gpu = lacking[0]
-            raise PlacementError(
-                f"--precision=bf16 needs GPUs of compute capability 8.0 or newer; GPU "
-                f"{gpu.index} ({gpu.name}) has {'.'.join(map(str, gpu.compute_capability))}: "
-                "use --precision=fp16 there (dynamic loss scaling) or fp32.")
-    if precision == "bf16" and placement.device_type == "cpu":
-        if not (hardware.cpu_supports_bf16() if bf16_cpu is None else bf16_cpu):
-            cap = hardware.onednn_isa_cap()
-            reason = (f"ONEDNN_MAX_CPU_ISA={cap} keeps oneDNN from them: unset it or"
-                      if cap and hardware.cpu_supports_bf16(environ={})
-                      else "this one has neither:")
-            raise PlacementError("--precision=bf16 needs a CPU with AVX512-BF16 or AMX "
-                                 f"instructions; {reason} use --precision=fp32.")
-    if precision == "fp16" and placement.device_type != "gpu":
-        raise PlacementError("--precision=fp16 needs GPU towers; on this CPU use "
-                             "--precision=bf16 (if it has bf16 instructions) or fp32.")
-
-
-def tower_compute_dtype(precision, placement):
-    """The dtype GPU towers are built in (mixed_precision.py): bfloat16 or float16 for
-    --precision bf16 / fp16 on GPUs; None for fp32 and for CPU towers (there bf16 comes from
-    TensorFlow's oneDNN rewrite, apply_precision)."""
-    if placement.device_type != "gpu" or precision == "fp32":
-        return None
-    return {"bf16": tf.bfloat16, "fp16": tf.float16}[precision]
-
-
-def apply_precision(config, precision, placement):
-    """Turns on TensorFlow's oneDNN bf16 rewrite in `config` for bf16 on CPU towers (TensorFlow
-    has no bf16 rewrite for GPUs; GPU towers are built in their dtype instead). Variables, the
-    loss and the averaging stay float32; convolutions, matmuls and batch norm run in bf16.
-    Returns `config`."""
-    if precision == "bf16" and placement.device_type == "cpu":
-        rewrite = config.graph_options.rewrite_options
-        rewrite.auto_mixed_precision_onednn_bfloat16 = rewrite.ON
-    return config
-
-
 VARIABLE_DEVICE_NAMES = {"cpu": HOST_DEVICE, "gpu": "/gpu:0"}  # --variable_device -> device
 
 
@@ -279,7 +227,7 @@ class Placement:
 
     def session_config(self):
         """The tf.compat.v1.ConfigProto of the towers: devices, threads, precision, XLA."""
-        config = apply_precision(
+        config = precision_lib.apply_precision(
             session_config(self.towers, self.intra_op_threads, self.inter_op_threads),
             self.precision, self.towers)
         return apply_xla(config) if self.xla else config
@@ -307,7 +255,7 @@ def resolve_placement(device_settings, cluster=None):
                          device_settings.virtual_gpu_memory_mb)
     configure_gpus(towers)
     precision = device_settings.precision
-    check_precision(precision, towers)
+    precision_lib.check_precision(precision, towers)
     update = variable_update.choose(device_settings.variable_update, towers, cluster,
                                     device_settings.variable_device)
     if update == rules.REPLICATED:
@@ -320,7 +268,7 @@ def resolve_placement(device_settings, cluster=None):
         spec = None
     return Placement(
         towers=towers, variable_device=variable_device,
-        precision=precision, compute_dtype=tower_compute_dtype(precision, towers),
+        precision=precision, compute_dtype=precision_lib.tower_compute_dtype(precision, towers),
         initial_loss_scale=recipe.INITIAL_LOSS_SCALE if precision == "fp16" else None,
         xla=device_settings.xla, intra_op_threads=device_settings.intra_op_threads,
         inter_op_threads=device_settings.inter_op_threads, all_reduce=spec)

@@ -7,7 +7,13 @@ import os
 
 import tensorflow as tf
 
+from common import cli
 from common import machine
+
+
+class PlacementError(cli.UserError):
+    """The requested towers or their arithmetic do not fit the machine; the message says what
+    to do."""
 
 
 def count_gpus():

@@ -14,6 +14,7 @@ from inception.config import cluster
 from inception.config import settings as settings_lib
 from inception.parallel import all_reduce
 from inception.parallel import devices
+from inception.parallel import precision as precision_lib
 from inception.parallel import hardware
 from inception.parallel import variable_update
 from tests import testing_utils
@@ -119,19 +120,19 @@ class PrecisionChoiceTest(unittest.TestCase):
     def test_precision_needs_the_right_hardware(self):
         cpu = devices.plan_towers(2, physical_gpus=0)
         gpu = devices.plan_towers(2, physical_gpus=2)
-        devices.check_precision("bf16", cpu, bf16_cpu=True)
-        devices.check_precision("fp16", gpu)
-        devices.check_precision("bf16", gpu, gpus=[H200, dataclasses.replace(H200, index=1)])
+        precision_lib.check_precision("bf16", cpu, bf16_cpu=True)
+        precision_lib.check_precision("fp16", gpu)
+        precision_lib.check_precision("bf16", gpu, gpus=[H200, dataclasses.replace(H200, index=1)])
         with self.assertRaisesRegex(devices.PlacementError, "AVX512-BF16"):
-            devices.check_precision("bf16", cpu, bf16_cpu=False)
+            precision_lib.check_precision("bf16", cpu, bf16_cpu=False)
         with self.assertRaisesRegex(devices.PlacementError, "needs GPU towers"):
-            devices.check_precision("fp16", cpu)
+            precision_lib.check_precision("fp16", cpu)
         # An unknown precision is refused with the other choices: tests/config/settings_test.py.
 
     def test_bf16_on_a_gpu_without_it_names_the_gpu_and_what_to_use(self):
         gpu = devices.plan_towers(2, physical_gpus=2)
         with self.assertRaises(devices.PlacementError) as raised:
-            devices.check_precision("bf16", gpu, gpus=[H200, dataclasses.replace(V100, index=1)])
+            precision_lib.check_precision("bf16", gpu, gpus=[H200, dataclasses.replace(V100, index=1)])
         message = str(raised.exception)
         self.assertIn("GPU 1 (Tesla V100-SXM2-16GB) has 7.0", message)
         self.assertIn("use --precision=fp16", message)
@@ -140,17 +141,17 @@ class PrecisionChoiceTest(unittest.TestCase):
     def test_gpu_towers_are_built_in_their_dtype_and_cpu_bf16_is_a_rewrite(self):
         cpu = devices.plan_towers(2, physical_gpus=0)
         gpu = devices.plan_towers(1, physical_gpus=1)
-        self.assertEqual(devices.tower_compute_dtype("bf16", gpu), tf.bfloat16)
-        self.assertEqual(devices.tower_compute_dtype("fp16", gpu), tf.float16)
-        self.assertIsNone(devices.tower_compute_dtype("fp32", gpu))
-        self.assertIsNone(devices.tower_compute_dtype("bf16", cpu))
+        self.assertEqual(precision_lib.tower_compute_dtype("bf16", gpu), tf.bfloat16)
+        self.assertEqual(precision_lib.tower_compute_dtype("fp16", gpu), tf.float16)
+        self.assertIsNone(precision_lib.tower_compute_dtype("fp32", gpu))
+        self.assertIsNone(precision_lib.tower_compute_dtype("bf16", cpu))
         rewrite_on = tf1.ConfigProto().graph_options.rewrite_options.ON
-        cpu_config = devices.apply_precision(tf1.ConfigProto(), "bf16", cpu)
+        cpu_config = precision_lib.apply_precision(tf1.ConfigProto(), "bf16", cpu)
         self.assertEqual(
             cpu_config.graph_options.rewrite_options.auto_mixed_precision_onednn_bfloat16,
             rewrite_on)
         for precision in ("bf16", "fp16"):
-            options = devices.apply_precision(tf1.ConfigProto(), precision,
+            options = precision_lib.apply_precision(tf1.ConfigProto(), precision,
                                               gpu).graph_options.rewrite_options
             self.assertNotEqual(options.auto_mixed_precision, rewrite_on)
             self.assertNotEqual(options.auto_mixed_precision_onednn_bfloat16, rewrite_on)
@@ -182,7 +183,7 @@ class PrecisionChoiceTest(unittest.TestCase):
         with mock.patch.object(hardware.machine, "cpu_flags", return_value={"avx512_bf16"}), \
                 mock.patch.dict(os.environ, {"ONEDNN_MAX_CPU_ISA": "AVX2"}):
             with self.assertRaises(devices.PlacementError) as raised:
-                devices.check_precision("bf16", cpu)
+                precision_lib.check_precision("bf16", cpu)
         self.assertIn("ONEDNN_MAX_CPU_ISA=AVX2 keeps oneDNN from them: unset it",
                       str(raised.exception))
 

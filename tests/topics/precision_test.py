@@ -11,6 +11,7 @@ from absl.testing import absltest
 from inception.config import settings as settings_lib
 from inception.driver import launch
 from inception.parallel import devices
+from inception.parallel import precision as precision_lib
 from inception.parallel import hardware
 from tests import testing_utils
 
@@ -41,7 +42,7 @@ class Bf16RewriteTest(unittest.TestCase):
             images, _ = testing_utils.random_batch(2, size=16)
             kernel = tf1.get_variable("k", [3, 3, 3, 4])
             output = tf.reduce_sum(tf.nn.conv2d(tf.constant(images), kernel, 1, "SAME"))
-            config = devices.apply_precision(tf1.ConfigProto(), "bf16",
+            config = precision_lib.apply_precision(tf1.ConfigProto(), "bf16",
                                              devices.plan_towers(1, physical_gpus=0))
             metadata = tf1.RunMetadata()
             with tf1.Session(config=config) as session:

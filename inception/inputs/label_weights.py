@@ -4,14 +4,14 @@ training examples, k classes, n_c of class c: Keras's class_weight and scikit-le
 "balanced"), counted from the training shards; a file gives them by label. The weights are a
 tuple over the logits (background first); a label without examples, and the background, keep
 1. --balanced_sampling draws each record as often as the balanced weight says instead
-(inputs/pipeline.py)."""
+(inputs/resampling.py)."""
 
 import os
 
 import numpy as np
 import tensorflow as tf
 
-from inception.inputs import pipeline
+from inception.inputs import resampling
 from inception.inputs.datasets import DataError
 
 BALANCED = "balanced"
@@ -20,7 +20,7 @@ BALANCED = "balanced"
 def label_counts(shards, num_classes):
     """int64 [num_classes]: the records of each label in the TFRecord files `shards` (only the
     labels are parsed)."""
-    records = tf.data.TFRecordDataset(shards).map(pipeline.record_label)
+    records = tf.data.TFRecordDataset(shards).map(resampling.record_label)
     counts = np.zeros(num_classes, np.int64)
     with tf.init_scope():  # eager, even when called while a graph is being built
         for batch in records.batch(4096):

@@ -25,13 +25,13 @@ from common import cli
 from common import error_lines
 from inception.config import recipe
 from inception.inputs import preprocessing
+from inception.inputs import resampling
 
 tf1 = tf.compat.v1
 AUTOTUNE = tf.data.AUTOTUNE
 DEFAULT_SHUFFLE_BUFFER = 10_000
 EPOCH_SEED_STRIDE = 1 << 24  # epoch seeds (seed * stride + epoch) of two seeds never meet
 LAST_EPOCH = 1 << 40  # "forever"
-RESAMPLING_DRAW = 1  # folded into a record's seed for its resampling draw, apart from its image's
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,38 +167,16 @@ def _epoch_records(shards, seed, epoch, shuffle_buffer, deterministic):
 
 def _resampled_epoch(shards, seed, epoch, shuffle_buffer, deterministic, sampling_weights,
                      length):
-    """(per-record seed, record) of one resampled epoch: the ordinary epochs `epoch`,
-    `epoch` + 1, ... with each record drawn floor(w + u) times (w its label's sampling weight,
-    u uniform from the record's own seed: w times on average), cut to `length`; the k-th is
-    seeded by (seed, epoch, k) as in an ordinary epoch, so a record drawn twice is distorted
-    twice differently.
-
-    Our own rather than tf.data's rejection_resample: that one draws most of a fixed-length
-    epoch from the start of the source order and never reaches its end (label shares 0.45 /
-    0.23 / 0.32 for 0.33 each in pipeline_test's set), and prints warnings of its own; a
-    draw per record keeps every record's chance the same.
-    """
-    weights = tf.constant(tuple(sampling_weights) + (1.0,), tf.float32)  # + past the labels
-
-    def draws(record_seed, record):
-        label = tf.clip_by_value(record_label(record), 0, len(sampling_weights))
-        chance = tf.random.stateless_uniform([], tf.random.experimental.stateless_fold_in(
-            record_seed, RESAMPLING_DRAW))
-        count = tf.cast(tf.floor(tf.gather(weights, label) + chance), tf.int64)
-        return tf.data.Dataset.from_tensors(record).repeat(count)
-
+    """(per-record seed, record) of one resampled epoch (resampling.resampled_epoch) from the
+    ordinary epochs `epoch`, `epoch` + 1, ...; the k-th is seeded by (seed, epoch, k) as in an
+    ordinary epoch, so a record drawn twice is distorted twice differently."""
     records = tf.data.Dataset.range(epoch, LAST_EPOCH).flat_map(
         lambda source: _epoch_records(shards, seed, source, shuffle_buffer, deterministic))
+    drawn = resampling.resampled(records, sampling_weights).take(length)
     epoch_key = tf.stack([tf.constant(seed, tf.int64), epoch])
-    return records.flat_map(draws).take(length).enumerate().map(
+    return drawn.enumerate().map(
         lambda index, record: (tf.random.experimental.stateless_fold_in(epoch_key, index),
                                record))
-
-
-def record_label(record):
-    """int64: the label of a serialized Example, parsing nothing else."""
-    return tf.io.parse_single_example(record, {"image/class/label": tf.io.FixedLenFeature(
-        [], tf.int64)})["image/class/label"]
 
 
 def build_train_input(shards, batch_size, image_size, num_classes, seed=None, strict=False,

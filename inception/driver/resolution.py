@@ -46,7 +46,9 @@ def resolve_run(settings, log=print):
     Raises ValueError subclasses with a message that says what to do.
     """
     placement = devices.resolve_placement(settings.devices, settings.cluster)
-    stored = stored_run(settings.train_dir)
+    run_dir = RunDirectory(settings.train_dir)
+    newest = run_dir.newest()
+    stored = stored_run(run_dir, newest)
     dataset = dataset_of_run(settings.data, stored, log)
     filled = settings_lib.fill_defaults(settings, dataset.defaults)
     examples_per_epoch = dataset.num_examples(filled.data.subset, log)
@@ -62,7 +64,6 @@ def resolve_run(settings, log=print):
         devices=dataclasses.replace(filled.devices, num_towers=placement.num_towers),
         loop=resolve_length(settings.loop, filled.loop, examples_per_epoch, per_update, log),
     ).validate()  # every rule again, now on the numbers the machine and the data chose
-    newest = RunDirectory(settings.train_dir).newest()
     rules.check_profile_steps(resolved.loop.profile_steps, resolved.loop.max_steps,
                               checkpoint_io.step_of(newest) if newest else 0)
     shards = dataset.shards(resolved.data.subset)
@@ -111,11 +112,10 @@ def resolve_length(requested, loop, examples_per_epoch, per_update, log):
     return dataclasses.replace(loop, max_steps=steps, num_epochs=None)
 
 
-def stored_run(train_dir):
-    """The StoredRun of `train_dir` once it has a checkpoint, else None: a run that failed
-    before saving one must not pin the flags of the next attempt."""
-    directory = RunDirectory(train_dir)
-    return directory.read_settings() if directory.newest() is not None else None
+def stored_run(run_dir, newest):
+    """The StoredRun of the RunDirectory `run_dir` once it has a checkpoint (`newest`), else
+    None: a run that failed before saving one must not pin the flags of the next attempt."""
+    return run_dir.read_settings() if newest is not None else None
 
 
 def dataset_of_run(data, stored, log):

@@ -159,6 +159,12 @@ def _epoch_records(shards, seed, epoch, shuffle_buffer, deterministic):
     epoch_seed = seed * EPOCH_SEED_STRIDE + epoch
     records = _records(shards, True, epoch_seed, deterministic)
     records = records.shuffle(shuffle_buffer, seed=epoch_seed, reshuffle_each_iteration=False)
+    return _seeded(records, seed, epoch)
+
+
+def _seeded(records, seed, epoch):
+    """(per-record seed [2], record): the k-th record of epoch `epoch` seeded by (seed, epoch,
+    k)."""
     epoch_key = tf.stack([tf.constant(seed, tf.int64), epoch])
     return records.enumerate().map(
         lambda index, record: (tf.random.experimental.stateless_fold_in(epoch_key, index),
@@ -167,16 +173,12 @@ def _epoch_records(shards, seed, epoch, shuffle_buffer, deterministic):
 
 def _resampled_epoch(shards, seed, epoch, shuffle_buffer, deterministic, sampling_weights,
                      length):
-    """(per-record seed, record) of one resampled epoch (resampling.resampled_epoch) from the
+    """(per-record seed, record) of one resampled epoch (resampling.resampled) drawn from the
     ordinary epochs `epoch`, `epoch` + 1, ...; the k-th is seeded by (seed, epoch, k) as in an
     ordinary epoch, so a record drawn twice is distorted twice differently."""
     records = tf.data.Dataset.range(epoch, LAST_EPOCH).flat_map(
         lambda source: _epoch_records(shards, seed, source, shuffle_buffer, deterministic))
-    drawn = resampling.resampled(records, sampling_weights).take(length)
-    epoch_key = tf.stack([tf.constant(seed, tf.int64), epoch])
-    return drawn.enumerate().map(
-        lambda index, record: (tf.random.experimental.stateless_fold_in(epoch_key, index),
-                               record))
+    return _seeded(resampling.resampled(records, sampling_weights).take(length), seed, epoch)
 
 
 def build_train_input(shards, batch_size, image_size, num_classes, seed=None, strict=False,

@@ -15,6 +15,7 @@ import shlex
 import tensorflow as tf
 
 PROFILE_SUBDIR = os.path.join("plugins", "profile")  # under the log directory, as TensorBoard reads
+_NOTHING = contextlib.nullcontext()  # reusable: the steps outside the window build nothing
 
 
 class StepProfiler:
@@ -26,14 +27,17 @@ class StepProfiler:
         self.logdir, self.log = logdir, log
         self.tracing = False
 
-    @contextlib.contextmanager
     def around_update(self, step):
         """Around the update that takes the run from `step` to step + 1: starts the trace
-        before the window's first update, marks each update in it, stops after its last."""
+        before the window's first update, marks each update in it, stops after its last;
+        outside the window, a context that does nothing."""
         number = step + 1
         if self.first is None or not self.first <= number <= self.last:
-            yield
-            return
+            return _NOTHING
+        return self._traced(number)
+
+    @contextlib.contextmanager
+    def _traced(self, number):
         if not self.tracing:
             self._start()
         with tf.profiler.experimental.Trace("train", step_num=number, _r=1):

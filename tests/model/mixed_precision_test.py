@@ -138,14 +138,16 @@ class Fp16TowersTest(LowPrecisionTowers):
         low = self.train(tf.float16, loss_scale=1024.0)
         # Not held to fp32's pace: TensorFlow's own CPU fp16 kernels lose more than a GPU's
         # (an fp16 sum overflows past 65504, weight gradients came out 0.4% off fp32's on a
-        # 16-channel 3x3 layer, measured), and the first step is skipped (below). Measured on a
+        # 16-channel 3x3 layer, measured), and the first step may be skipped (below). Measured on a
         # Sapphire Rapids-class Xeon: the loss fell from 1.80 to 1.20 in 15 steps, fp32's from
         # 1.76 to 0.82; it must still learn.
         self.check_graph_and_learning(low, tf.float16, pace=None)
-        # The lowest layers' scaled gradients overflow fp16 at 1024 on this batch (measured):
-        # that step is skipped and the scale halved, and training goes on.
-        self.assertEqual(low[0].loss_scale, 512.0)
-        self.assertLessEqual(low[1].loss_scale, 512.0)
+        # Whether the lowest layers' scaled gradients overflow fp16 at 1024 depends on the
+        # CPU's fp16 kernels (they did on a Sapphire Rapids-class Xeon); the rule does not: an
+        # overflowing step changes no weight and halves the scale, one that applies keeps it.
+        skipped = not any(np.any(update) for update in low[0].updates.values())
+        self.assertEqual(low[0].loss_scale, 512.0 if skipped else 1024.0)
+        self.assertLessEqual(low[1].loss_scale, low[0].loss_scale)
         self.check_inference_matches_fp32(tf.float16, 0.01)
 
     def test_replicated_fp16_towers_skip_and_update_as_with_a_parameter_server(self):
@@ -156,7 +158,7 @@ class Fp16TowersTest(LowPrecisionTowers):
                                               loss_scale=1024.0, checkpoint=self.weights,
                                               steps=2, all_reduce=mode)
             for mode in (spec, None)]
-        # The first step overflows at 1024 and is skipped (above); the second is applied.
+        # Both modes skip or apply alike (the first step may overflow at 1024, above).
         self.assertEqual(replicated.loss_scale, parameter_server.loss_scale)
         self.assertTrue(any(np.any(update) for update in replicated.updates.values()))
         # The same fp16 towers on the same weights; only the float32 sum of the two towers'

@@ -18,41 +18,32 @@ from absl import flags
 
 from common import cli
 from common import error_lines
-from common import image_limits
 from common.progress import ProgressBar
+from inception.config import commands
+from inception.config import flag_table
 from inception.driver import startup
 from inception.serving import predictions
 from inception.serving import runtimes
 
 FLAGS = flags.FLAGS
 
-flags.DEFINE_string("model", "", "An export directory (of //inception:export), a training "
-                    "directory, or a .tflite / .onnx file of an export (required).")
-flags.DEFINE_string("output_json", "", "Also write one JSON line per image to this file.")
-flags.DEFINE_integer("batch_size", predictions.DEFAULT_BATCH_SIZE, "Images classified together.")
-flags.DEFINE_integer("max_image_pixels", image_limits.MAX_IMAGE_PIXELS,
-                     "Refuse images of more pixels (width x height, read from the file's "
-                     "header before decoding) when --model is a training directory; an export "
-                     "keeps the limit it was exported with (//inception:export "
-                     "--max_image_pixels).")
+flag_table.define_flags(flags, [commands.ClassifySettings], commands.CLASSIFY_HELP)
+flags.adopt_module_key_flags(flag_table)  # --help lists them as this program's own
 
 PROGRESS_AFTER = 36  # more images than this get a progress bar
 
 
 def check_flags(argv):
-    """(model, image paths, output_json) as the user meant them; one line and exit 2 when
+    """(ClassifySettings, image paths) as the user meant them; one line and exit 2 when
     something is missing, before TensorFlow loads."""
-    if not FLAGS.model:
-        cli.fail("--model is required: an export directory or a training directory.", 2)
+    try:
+        settings = commands.ClassifySettings(
+            **flag_table.values_of(FLAGS, commands.ClassifySettings)).validate()
+    except cli.UserError as error:
+        return cli.fail(error, 2)
     if len(argv) < 2:
         cli.fail("name the images to classify: files or folders after the flags.", 2)
-    if FLAGS.batch_size < 1:
-        cli.fail(f"--batch_size={FLAGS.batch_size} must be at least 1.", 2)
-    if FLAGS.max_image_pixels < 1:
-        cli.fail(f"--max_image_pixels={FLAGS.max_image_pixels} must be at least 1 (default "
-                 f"{image_limits.MAX_IMAGE_PIXELS}).", 2)
-    return (cli.user_path(FLAGS.model), [cli.user_path(path) for path in argv[1:]],
-            cli.user_path(FLAGS.output_json))
+    return settings, [cli.user_path(path) for path in argv[1:]]
 
 
 def open_output(output_json):
@@ -77,7 +68,7 @@ def list_images(paths, file_system):
     return files, missing
 
 
-def model_backend(model_path):
+def model_backend(model_path, max_pixels):
     """(the file system images are read from, callable() -> (exported, predict)) for
     --model=model_path, decided once: a model file runs on its own runtime and the images are
     local files (TensorFlow is never imported); anything else goes through TensorFlow and its
@@ -91,7 +82,7 @@ def model_backend(model_path):
     def open_with_tensorflow():
         return (tf_models.saved_model_version(model_path) is not None,
                 tf_models.open_model(model_path, log=cli.log,
-                                     max_pixels=FLAGS.max_image_pixels))
+                                     max_pixels=max_pixels))
     return tf_models.GFILE_FILES, open_with_tensorflow
 
 
@@ -109,16 +100,16 @@ def open_model(opener):
 
 
 def main(argv):
-    model_path, paths, output_json = check_flags(argv)
-    file_system, opener = model_backend(model_path)
+    settings, paths = check_flags(argv)
+    file_system, opener = model_backend(settings.model, settings.max_image_pixels)
     files, missing = list_images(paths, file_system)
-    json_file = open_output(output_json)
+    json_file = open_output(settings.output_json)
     predict = open_model(opener)
     progress = ProgressBar(len(files), "images") if len(files) > PROGRESS_AFTER else None
     failed = len(missing)
     with json_file:
         for prediction in predictions.classify_files(
-                predict, files, FLAGS.batch_size, progress.update if progress else None,
+                predict, files, settings.batch_size, progress.update if progress else None,
                 file_system):
             if progress:
                 progress.clear()

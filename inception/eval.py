@@ -17,15 +17,13 @@ from inception.driver import startup
 FLAGS = flags.FLAGS
 flag_table.define_flags(flags, [settings_lib.EvalSettings], help_texts.EVAL_HELP)
 flags.adopt_module_key_flags(flag_table)  # --help lists them as this program's own
-PATH_SETTINGS = ("checkpoint_dir", "eval_dir", "data_dir")
 
 
 def settings_from_flags():
     """EvalSettings from the parsed flags, checked (one line and exit 2 for a bad one)."""
     try:
-        values = {name: FLAGS[name].value for name in help_texts.EVAL_HELP}
-        values.update({name: cli.user_path(values[name]) for name in PATH_SETTINGS})
-        return settings_lib.EvalSettings(**values).validate()
+        return settings_lib.EvalSettings(
+            **flag_table.values_of(FLAGS, settings_lib.EvalSettings)).validate()
     except cli.UserError as error:
         cli.fail(error, code=2)
 

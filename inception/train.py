@@ -8,7 +8,8 @@ imagenet_distributed_train.py for training on several machines (--job_name, --ta
 The flags are generated from the settings (config/flag_table.py: each one's default is its
 setting's, its help beside it) and become one settings.TrainSettings (settings_from_flags),
 checked before TensorFlow loads (config/rules.py, plans.py, cluster.py), so a bad flag costs a
-second and writes nothing. Only the range test's and the plan's flags are this file's own.
+second and writes nothing. The range test's and the plan's flags come from
+commands.RangeTestSettings and plans.PlanFlags the same way; this file defines no flag itself.
 """
 
 import os
@@ -21,6 +22,7 @@ from absl import flags
 
 from common import cli
 from inception.config import cluster as cluster_lib
+from inception.config import commands
 from inception.config import flag_table
 from inception.config import help_texts
 from inception.config import plans
@@ -31,49 +33,29 @@ from inception.driver import startup
 FLAGS = flags.FLAGS
 flag_table.define_flags(flags, settings_lib.SECTIONS.values(), help_texts.TRAIN_HELP)
 flag_table.define_flags(flags, [cluster_lib.ClusterSettings], help_texts.CLUSTER_HELP)
-flags.adopt_module_key_flags(flag_table)  # --help lists them as this program's own
 
-flags.DEFINE_bool("find_learning_rate", False, "Instead of training, run the learning-rate "
-                  "range test on this run's data and model: --lr_range_steps steps with the rate "
-                  "rising from --lr_range_min to --lr_range_max; writes a plot to "
-                  "<train_dir>/learning_rate_range.png and prints a suggested rate. No "
-                  "checkpoint is written.")
-flags.DEFINE_integer("lr_range_steps", 200, "Steps of the learning-rate range test.")
-flags.DEFINE_float("lr_range_min", 1e-5, "First learning rate of the range test.")
-flags.DEFINE_float("lr_range_max", 10.0, "Last learning rate of the range test.")
-flags.DEFINE_list("trainable_scopes", [], "Train only the variables under these variable "
-                  "scopes, e.g. InceptionV3/Logits,InceptionV3/AuxLogits (default: all).")
-flags.DEFINE_string("stages", "", "A training plan of stages 'name:steps:scope,scope;...', e.g. "
-                    "'head:2000:InceptionV3/Logits,InceptionV3/AuxLogits;all' (the last stage "
-                    "may omit steps and scopes).")
-flags.DEFINE_string("training_plan", "", "A JSON file with the training plan (stages with "
-                    "steps, scopes, loss_terms, optimizer, learning_rate); see README.")
+flag_table.define_flags(flags, [plans.PlanFlags], plans.PLAN_HELP)
+flag_table.define_flags(flags, [commands.RangeTestSettings], commands.RANGE_TEST_HELP)
+flags.adopt_module_key_flags(flag_table)  # --help lists them as this program's own
 
 
 def cluster_from_flags():
     """cluster.ClusterSettings from the cluster flags or TF_CONFIG, or None for one machine."""
-    return cluster_lib.cluster_settings(
-        FLAGS.job_name, FLAGS.task_id, FLAGS.ps_hosts, FLAGS.worker_hosts,
-        FLAGS.num_replicas_to_aggregate, FLAGS.startup_timeout_secs, FLAGS.step_timeout_secs,
-        tf_config=os.environ.get("TF_CONFIG", ""))
-
-
-PATH_SETTINGS = ("train_dir", "data_dir", "pretrained_model_checkpoint_path", "export_best_dir")
+    return cluster_lib.cluster_settings(**flag_table.values_of(FLAGS, cluster_lib.ClusterSettings),
+                                        tf_config=os.environ.get("TF_CONFIG", ""))
 
 
 def settings_from_flags(cluster=None):
     """TrainSettings from the parsed flags: each setting from the flag of its name
-    (rules.FLAG_NAMES where the original's differs), paths relative to the caller's
-    directory, and one plan from --trainable_scopes, --stages or --training_plan."""
-    values = {name: FLAGS[rules.FLAG_NAMES.get(name, name)].value
-              for name in settings_lib.flat_names() if name != "plan"}
-    values.update({name: cli.user_path(values[name]) for name in PATH_SETTINGS})
+    (rules.FLAG_NAMES where the original's differs), and one plan from --trainable_scopes,
+    --stages or --training_plan."""
+    values = {}
+    for section in settings_lib.SECTIONS.values():
+        values.update(flag_table.values_of(FLAGS, section))
     if values["class_weight"] not in ("", "balanced"):
         values["class_weight"] = cli.user_path(values["class_weight"])
-    values["checkpoint_exclude_scopes"] = tuple(values["checkpoint_exclude_scopes"])
     values["profile_steps"] = rules.profile_window(values["profile_steps"])
-    values["plan"] = plans.plan_from_flags(tuple(FLAGS.trainable_scopes), FLAGS.stages,
-                                           cli.user_path(FLAGS.training_plan))
+    values["plan"] = plans.plan_from_flags(**flag_table.values_of(FLAGS, plans.PlanFlags))
     return settings_lib.train_settings(cluster=cluster, **values)
 
 
@@ -130,13 +112,16 @@ def report_worker_end(settings, result):
 
 
 def checked_settings():
-    """The run's TrainSettings from the flags, or the cluster when this is a parameter server;
-    any bad flag ends the process with one line (exit 2) before TensorFlow loads."""
+    """(the run's TrainSettings or None for a parameter server, the cluster or None, the range
+    test's settings) from the flags; any bad flag ends the process with one line (exit 2)
+    before TensorFlow loads."""
     try:
         cluster = cluster_from_flags()
         if cluster is not None and cluster.job_name == "ps":
-            return None, cluster
-        return settings_from_flags(cluster).validate(), cluster
+            return None, cluster, None
+        range_settings = commands.RangeTestSettings(
+            **flag_table.values_of(FLAGS, commands.RangeTestSettings)).validate()
+        return settings_from_flags(cluster).validate(), cluster, range_settings
     except cli.UserError as error:
         cli.fail(error, code=2)
 
@@ -156,11 +141,8 @@ def train(settings):
                  "resume from the last checkpoint.")
 
 
-def find_learning_rate(settings):
+def find_learning_rate(settings, range_settings):
     """The learning-rate range test instead of training: a plot and one suggested rate."""
-    if FLAGS.lr_range_steps < 2 or not 0 < FLAGS.lr_range_min < FLAGS.lr_range_max:
-        cli.fail("the range test needs --lr_range_steps >= 2 and 0 < --lr_range_min < "
-                 "--lr_range_max.", code=2)
     startup.quiet_tensorflow()
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
@@ -174,8 +156,8 @@ def find_learning_rate(settings):
         cli.fail(error_lines.cannot_write(
             f"the range test's plot in --train_dir={settings.train_dir}", error))
     plot = os.path.join(settings.train_dir, "learning_rate_range.png")
-    test = lr_range.RangeTest(FLAGS.lr_range_min, FLAGS.lr_range_max,
-                              FLAGS.lr_range_steps)
+    test = lr_range.RangeTest(range_settings.lr_range_min, range_settings.lr_range_max,
+                              range_settings.lr_range_steps)
     try:
         result = launch.find_learning_rate(settings, test, plot, log=cli.log)
     except cli.UserError as error:
@@ -187,13 +169,13 @@ def find_learning_rate(settings):
 def main(argv):
     if len(argv) > 1:
         cli.fail(f"unexpected arguments {argv[1:]}; flags look like --max_steps=100.", code=2)
-    settings, cluster = checked_settings()
+    settings, cluster, range_settings = checked_settings()
     if settings is None:
         startup.quiet_tensorflow()
         serve_parameters(cluster)
         return
-    if FLAGS.find_learning_rate:
-        find_learning_rate(settings)
+    if range_settings.find_learning_rate:
+        find_learning_rate(settings, range_settings)
         return
     result = train(settings)
     if cluster is not None:

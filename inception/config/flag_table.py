@@ -1,13 +1,16 @@
-"""Every flag of training and evaluation, declared once: the flag's name, type and default are
-its setting's (a field of config/settings.py, or config/cluster.ClusterSettings), its help
-text is in config/help_texts.py, and its choices are here. The entry points define their flags with `define_flags`,
-so a default is written in one place only (layout_test checks that each flag's default is its
-setting's). Flag names are the original's (rules.FLAG_NAMES where a setting's name differs).
-Free of TensorFlow.
+"""Every flag of every entry point, declared once: the flag's name, type and default are its
+setting's (a field of config/settings.py, cluster.ClusterSettings, plans.PlanFlags or
+config/commands.py), its help text is beside the setting (config/help_texts.py, commands.py),
+and its choices and which flags are paths are here. The entry points define their flags with
+`define_flags` and read them back with `values_of`, so a default is written in one place only
+(layout_test checks that each flag's default is its setting's and that the entry points define
+no flag of their own). Flag names are the original's (rules.FLAG_NAMES where a setting's name
+differs). Free of TensorFlow.
 """
 
 import dataclasses
 
+from common import cli
 from inception.config import plans
 from inception.config import rules
 
@@ -30,6 +33,11 @@ CHOICES = {
     "augment": rules.AUGMENTS,
     "job_name": ("", "ps", "worker"),
 }
+# Flags that name a file or directory: relative to the directory the command was started in
+# (cli.user_path), not Bazel's runfiles directory.
+PATHS = frozenset({"train_dir", "data_dir", "pretrained_model_checkpoint_path", "export_best_dir",
+                   "checkpoint_dir", "eval_dir", "training_plan", "checkpoint_path",
+                   "export_dir", "model", "output_json"})
 
 def define_flags(flags, section_classes, help_table, flag_values=None):
     """Defines with absl's `flags` module one flag per field of the dataclasses
@@ -42,6 +50,22 @@ def define_flags(flags, section_classes, help_table, flag_values=None):
             if field.name in help_table and not field.metadata.get("resolved"):
                 _define(flags, field, help_table[field.name],
                         flags.FLAGS if flag_values is None else flag_values)
+
+
+def values_of(flag_values, section):
+    """{field name: value} of the flags of the dataclass `section` (each field's flag, as
+    define_flags made it) in absl's parsed `flag_values`: lists as tuples, PATHS as the user
+    meant them."""
+    values = {}
+    for field in dataclasses.fields(section):
+        name = rules.FLAG_NAMES.get(field.name, field.name)
+        if name not in flag_values or field.metadata.get("resolved"):
+            continue
+        value = flag_values[name].value
+        if field.type is tuple:
+            value = tuple(value)
+        values[field.name] = cli.user_path(value) if field.name in PATHS else value
+    return values
 
 
 def flag_default(field):

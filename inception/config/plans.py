@@ -117,10 +117,33 @@ class TrainingPlan:
 DEFAULT_PLAN = TrainingPlan((Stage("train"),))
 
 
+@dataclasses.dataclass(frozen=True)
+class PlanFlags:
+    """The three ways to give a plan on the command line; at most one is used. Their help is
+    PLAN_HELP."""
+    trainable_scopes: tuple = ()
+    stages: str = ""
+    training_plan: str = ""
+
+
+PLAN_HELP = {
+    "trainable_scopes":
+        "Train only the variables under these variable scopes, e.g. "
+        "InceptionV3/Logits,InceptionV3/AuxLogits (default: all).",
+    "stages":
+        "A training plan of stages 'name:steps:scope,scope;...', e.g. "
+        "'head:2000:InceptionV3/Logits,InceptionV3/AuxLogits;all' (the last stage may omit "
+        "steps and scopes).",
+    "training_plan":
+        "A JSON file with the training plan (stages with steps, scopes, loss_terms, optimizer, "
+        "learning_rate); see README.",
+}
+
+
 def plan_from_flags(trainable_scopes=(), stages="", training_plan=""):
-    """The run's plan from at most one of --trainable_scopes, --stages and --training_plan;
-    None when none is given (the default plan: everything in one stage). Stages that name no
-    optimizer get the run's when the settings are resolved."""
+    """The run's plan from at most one of --trainable_scopes, --stages and --training_plan (the
+    fields of PlanFlags); None when none is given (the default plan: everything in one stage).
+    Stages that name no optimizer get the run's when the settings are resolved."""
     given = [name for name, value in (("trainable_scopes", trainable_scopes), ("stages", stages),
                                       ("training_plan", training_plan)) if value]
     if len(given) > 1:

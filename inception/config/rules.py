@@ -30,9 +30,6 @@ ON_NAN = ("stop", "rollback")
 ON_DIVERGENCE = ("warn", "stop")
 BEST_METRICS = ("precision_at_1", "recall_at_5", "loss")
 AUGMENTS = ("none", "randaugment")
-SAVED_MODEL_FORMAT = "saved_model"  # the version folder itself: every export writes it
-EXPORT_FORMATS = (SAVED_MODEL_FORMAT, "tflite", "tflite_int8", "onnx")
-DEFAULT_CALIBRATION_IMAGES = 300  # tflite_int8: training images that calibrate it
 MAX_RANDAUGMENT_MAGNITUDE = 30  # RandAugment's scale: 10 is a full-strength op, as in timm
 # How the learning rate follows the examples of one update (--learning_rate_scaling): linear
 # (Goyal et al. 2017), sqrt (Krizhevsky 2014; Hoffer et al. 2017), or none.
@@ -278,16 +275,3 @@ def epochs_to_steps(num_epochs, examples_per_epoch, examples_per_update):
     whole: ceil(num_epochs x examples / examples per update), at least 1."""
     return max(1, -(-round(num_epochs * examples_per_epoch) // examples_per_update))
 
-
-def export_formats(text):
-    """The tuple of export formats of `--formats` text ("saved_model,tflite"); SettingsError
-    for an unknown one or a list without the SavedModel."""
-    formats = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
-    unknown = [name for name in formats if name not in EXPORT_FORMATS]
-    if unknown:
-        raise SettingsError(f"unknown --formats value {unknown[0]!r}; use a comma-separated list "
-                            f"of {', '.join(EXPORT_FORMATS)}.")
-    if SAVED_MODEL_FORMAT not in formats:
-        raise SettingsError(f"--formats must include {SAVED_MODEL_FORMAT}: the version folder is "
-                            "a SavedModel, and the other formats are written beside it.")
-    return formats

@@ -25,10 +25,11 @@ SMOOTHING = 0.9  # decay of the loss's bias-corrected exponential moving average
 
 @dataclasses.dataclass(frozen=True)
 class RangeTest:
-    """The rates tried: `steps` of them, geometrically from min_rate to max_rate."""
-    min_rate: float = 1e-5
-    max_rate: float = 10.0
-    steps: int = 200
+    """The rates tried: `steps` of them, geometrically from min_rate to max_rate (the
+    command line's defaults: config/commands.RangeTestSettings)."""
+    min_rate: float
+    max_rate: float
+    steps: int
     stop_factor: float = 4.0
 
     def rates(self):

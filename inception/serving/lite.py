@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from common import error_lines
 from data import tfrecord_format
-from inception.config import rules
+from inception.config import commands
 from inception.serving import model_files
 from inception.serving import numpy_preprocessing
 from inception.serving.model_files import ConversionError
@@ -59,7 +59,7 @@ def _converter_cause(error):
 
 
 def calibration_images(shard_dir, image_size, num_labels,
-                       count=rules.DEFAULT_CALIBRATION_IMAGES):
+                       count=commands.DEFAULT_CALIBRATION_IMAGES):
     """float32 [n, size, size, 3]: up to `count` images of the training shards in `shard_dir`,
     preprocessed as served, spread over the `num_labels` labels (an equal share of each, in
     shard order; reading stops once the shares are full); ConversionError when there are

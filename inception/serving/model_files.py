@@ -15,6 +15,7 @@ import os
 
 from common import cli
 from common import image_limits
+from inception.config import commands
 from inception.config import recipe
 
 MODEL_FILES = {"tflite": "model.tflite", "tflite_int8": "model_int8.tflite",
@@ -22,7 +23,6 @@ MODEL_FILES = {"tflite": "model.tflite", "tflite_int8": "model_int8.tflite",
 MODEL_SUFFIXES = (".tflite", ".onnx")  # classify runs a file with these on its own runtime
 INPUTS_FILE = "model_inputs.json"
 LABELS_FILE = "labels.txt"
-DEFAULT_TOP_K = 5
 
 
 class ConversionError(cli.UserError):
@@ -38,7 +38,7 @@ class ModelInputs:
     """What the model files of one export take and return."""
     image_size: int
     label_texts: tuple  # the name of each logit, "background" first
-    top_k: int = DEFAULT_TOP_K
+    top_k: int = commands.DEFAULT_TOP_K
     max_pixels: int = image_limits.MAX_IMAGE_PIXELS
 
 
@@ -76,7 +76,7 @@ def read(model_path):
             texts = tuple(handle.read().splitlines())
         return ModelInputs(
             image_size=int(description["input"]["shape"][1]), label_texts=texts,
-            top_k=int(description["output"].get("top_k", DEFAULT_TOP_K)),
+            top_k=int(description["output"].get("top_k", commands.DEFAULT_TOP_K)),
             max_pixels=int(description["preprocessing"].get(
                 "max_image_pixels", image_limits.MAX_IMAGE_PIXELS)))
     except (OSError, ValueError, KeyError, IndexError, TypeError) as error:

@@ -10,9 +10,9 @@ import os
 import numpy as np
 
 from common import cli
+from inception.config import commands
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp")
-DEFAULT_BATCH_SIZE = 16  # images classified together
 
 
 class ImageError(cli.UserError):
@@ -92,7 +92,7 @@ def image_files(paths, files=LOCAL_FILES):
     return found, missing
 
 
-def classify_files(predict, paths, batch_size=DEFAULT_BATCH_SIZE, on_batch=None,
+def classify_files(predict, paths, batch_size=commands.DEFAULT_CLASSIFY_BATCH, on_batch=None,
                    files=LOCAL_FILES):
     """Yields a Prediction per file of `paths`, in order.
 

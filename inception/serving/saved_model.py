@@ -29,8 +29,7 @@ from common import cli
 from common import error_lines
 from common import files
 from common import image_limits
-from inception.config import rules
-from inception.config.rules import SAVED_MODEL_FORMAT
+from inception.config import commands
 from inception.inputs import datasets
 from inception.inputs import preprocessing
 from inception.model import network
@@ -84,7 +83,7 @@ def prediction_outputs(logits, texts, top_k):
             "label_texts": tf.gather(tf.constant(texts), classes), "logits": logits}
 
 
-def build_serving_graph(settings, label_names=(), top_k=model_files.DEFAULT_TOP_K,
+def build_serving_graph(settings, label_names=(), top_k=commands.DEFAULT_TOP_K,
                         logits_fn=None, max_pixels=image_limits.MAX_IMAGE_PIXELS,
                         limit_flag=image_limits.LIMIT_FLAG):
     """Builds the inference graph for ModelSettings `settings`; returns ServingGraph.
@@ -136,16 +135,16 @@ def check_export_dir(export_dir):
 
 
 def export_saved_model(checkpoint_path, stored, label_names, export_dir,
-                       top_k=model_files.DEFAULT_TOP_K, logits_fn=None,
-                       max_pixels=image_limits.MAX_IMAGE_PIXELS, formats=(SAVED_MODEL_FORMAT,),
-                       calibration=None):
+                       top_k=commands.DEFAULT_TOP_K, logits_fn=None,
+                       max_pixels=image_limits.MAX_IMAGE_PIXELS,
+                       formats=(commands.SAVED_MODEL_FORMAT,), calibration=None):
     """Writes the SavedModel of `checkpoint_path` to `<export_dir>/<step>`; returns that path.
 
     Args:
       stored: run.directory.StoredRun of the training directory (its model settings).
       label_names: label_names[i - 1] names label i; empty when the data set had none.
       max_pixels: the serving signature refuses images of more pixels (baked in).
-      formats: config.rules.EXPORT_FORMATS to write into the version folder (the SavedModel
+      formats: config.commands.EXPORT_FORMATS to write into the version folder (the SavedModel
         always); a model one of them cannot hold is a model_files.ConversionError, nothing
         kept.
       calibration: float32 images for tflite_int8 (lite.calibration_images).
@@ -162,7 +161,7 @@ def export_saved_model(checkpoint_path, stored, label_names, export_dir,
                                                f"{os.getpid()}")
     try:
         _write_saved_model(serving_graph, checkpoint_path, partial_dir, formats, calibration)
-        if set(formats) - {SAVED_MODEL_FORMAT}:
+        if set(formats) - {commands.SAVED_MODEL_FORMAT}:
             model_files.write(partial_dir, model_files.ModelInputs(
                 stored.model.image_size, tuple(label_texts(stored.model.num_classes,
                                                            label_names)), top_k, max_pixels))
@@ -210,10 +209,10 @@ def _publish(partial_dir, version_dir):
 
 
 def export_training_run(checkpoint_dir, export_dir, checkpoint_path="",
-                        top_k=model_files.DEFAULT_TOP_K, log=print,
+                        top_k=commands.DEFAULT_TOP_K, log=print,
                         max_pixels=image_limits.MAX_IMAGE_PIXELS,
-                        formats=(SAVED_MODEL_FORMAT,),
-                        calibration_count=rules.DEFAULT_CALIBRATION_IMAGES):
+                        formats=(commands.SAVED_MODEL_FORMAT,),
+                        calibration_count=commands.DEFAULT_CALIBRATION_IMAGES):
     """Exports the newest usable checkpoint of the training directory `checkpoint_dir` (or
     `checkpoint_path`) with the settings and label names stored beside it, refusing images of
     more than `max_pixels` pixels, in `formats` (tflite_int8 calibrated on `calibration_count`

@@ -13,8 +13,10 @@ from absl import flags
 from absl.testing import absltest
 
 from inception.config import cluster as cluster_lib
+from inception.config import commands
 from inception.config import flag_table
 from inception.config import help_texts
+from inception.config import plans
 from inception.config import rules
 from inception.config import settings as settings_lib
 from tools import build_deps
@@ -25,8 +27,10 @@ FIRST_PARTY = ("common", "data", "inception", "tests", "bench", "tools")
 APPLICATION = ("common", "data", "inception")
 # Errors that never reach a user as such: the image converter's skip signal.
 INTERNAL_ERRORS = {"UndecodableImageError"}
-ENTRY_POINTS = ("inception/train.py", "inception/eval.py", "inception/export.py",
-                "inception/classify.py", "data/builder_cli.py", "data/process_bounding_boxes.py")
+# The application's commands; their flags come from settings dataclasses (config/flag_table.py).
+COMMANDS = ("inception/train.py", "inception/eval.py", "inception/export.py",
+            "inception/classify.py")
+ENTRY_POINTS = COMMANDS + ("data/builder_cli.py", "data/process_bounding_boxes.py")
 
 
 def source_root():
@@ -117,7 +121,11 @@ class LayoutTest(unittest.TestCase):
     def test_every_flag_is_its_settings_field_with_its_help_declared_once(self):
         tables = ((list(settings_lib.SECTIONS.values()), help_texts.TRAIN_HELP),
                   ([settings_lib.EvalSettings], help_texts.EVAL_HELP),
-                  ([cluster_lib.ClusterSettings], help_texts.CLUSTER_HELP))
+                  ([cluster_lib.ClusterSettings], help_texts.CLUSTER_HELP),
+                  ([plans.PlanFlags], plans.PLAN_HELP),
+                  ([commands.RangeTestSettings], commands.RANGE_TEST_HELP),
+                  ([commands.ExportSettings], commands.EXPORT_HELP),
+                  ([commands.ClassifySettings], commands.CLASSIFY_HELP))
         for sections, help_table in tables:
             fields = {field.name: field for section in sections
                       for field in dataclasses.fields(section)
@@ -132,6 +140,17 @@ class LayoutTest(unittest.TestCase):
                     self.assertEqual(flag.default, list(want) if isinstance(want, tuple)
                                      else want, name)
                     self.assertIn(help_table[name], flag.help)
+
+    def test_entry_points_define_no_flag_of_their_own(self):
+        for path in COMMANDS:
+            with open(os.path.join(self.root, path), encoding="utf-8") as handle:
+                tree = ast.parse(handle.read(), path)
+            defined = [ast.unparse(node.func) for node in ast.walk(tree)
+                       if isinstance(node, ast.Call) and ast.unparse(node.func).startswith(
+                           "flags.DEFINE_") and ast.unparse(node.func) != "flags.DEFINE_alias"]
+            with self.subTest(entry_point=path):
+                self.assertEqual(defined, [], "define them from a settings dataclass "
+                                 "(config/flag_table.define_flags)")
 
 
 if __name__ == "__main__":

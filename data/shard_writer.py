@@ -1,30 +1,25 @@
-"""Writes labelled image files into TFRecord shards in the original Inception format.
+"""Builds the TFRecord shards of labelled image files in the original Inception format.
 
-What the folder-tree and ImageNet builders share: turning any image Pillow reads into an
-upright RGB JPEG (image_convert), a fixed-seed shuffle, spreading the images over shards and the
-shards over threads (each thread writes its own range of shards), a progress bar, and
-publishing the shards only when all of them are whole and every label kept an image. Every
-shard is written under a temporary name that does not look like a shard; the shards of every
-split are renamed into place together at the end, so an interrupted or failed build leaves
-nothing that looks complete (and the next build removes what a killed one left).
+What the folder-tree and ImageNet builders share: listing a folder's images, a fixed-seed
+shuffle, spreading the images over shards and the shards over threads (each thread writes its
+own range of shards; parallel_write writes them), the summary, and publishing the shards only
+when all of them are whole and every label kept an image. Every shard is written under a
+temporary name that does not look like a shard; the shards of every split are renamed into
+place together at the end, so an interrupted or failed build leaves nothing that looks complete
+(and the next build removes what a killed one left).
 """
 
 import collections
-import concurrent.futures
 import dataclasses
 import os
 import random
-import threading
-
-import tensorflow as tf
 
 from common import image_limits
 from common.progress import ProgressBar
-from data import image_convert
 from data import output_directory
+from data import parallel_write
 from data import tfrecord_format
 from data.errors import BuildError
-from data.image_convert import UndecodableImageError
 
 SHUFFLE_SEED = 12345
 _NAMES_SHOWN = 5  # of the sub-folders a listing drops, in its one log line
@@ -59,21 +54,6 @@ class SplitResult:
     num_shards: int
     written: int
     skipped: tuple
-
-
-def read_record(source, max_image_pixels=image_limits.MAX_IMAGE_PIXELS):
-    """The ImageRecord for `source`; raises UndecodableImageError for a bad or unreadable file
-    or one of more than `max_image_pixels` pixels."""
-    try:
-        with open(source.path, "rb") as handle:
-            data = handle.read()
-    except OSError as error:
-        raise UndecodableImageError(error.strerror or str(error)) from None
-    encoded, height, width, orientation = image_convert.to_rgb_jpeg(data, max_image_pixels)
-    return tfrecord_format.ImageRecord(
-        encoded_jpeg=encoded, label=source.label, text=source.text, height=height, width=width,
-        filename=os.path.basename(source.path), synset=source.synset,
-        boxes=image_convert.upright_boxes(source.boxes, orientation))
 
 
 def list_folder(directory):
@@ -242,74 +222,15 @@ class _SplitWriter:
                 plan.split, index, plan.num_shards))
             self.temporary_paths[final_path] = output_directory.temporary_shard_path(final_path)
             shards.append((self.temporary_paths[final_path], sources[start:end]))
-        progress = _SharedProgress(ProgressBar(len(sources), label="images",
-                                               stream=self._progress_stream))
+        bar = ProgressBar(len(sources), label="images", stream=self._progress_stream)
         per_thread = plan.num_shards // self._num_threads
         groups = [shards[thread * per_thread:(thread + 1) * per_thread]
                   for thread in range(self._num_threads)]
-        try:
-            outcomes = _run_in_threads(groups, self._max_image_pixels, progress)
-        finally:
-            progress.close()
+        outcomes = parallel_write.write_shard_groups(groups, self._max_image_pixels, bar)
         written = sum(count for count, _ in outcomes)
         skipped = tuple(entry for _, entries in outcomes for entry in entries)
         return SplitResult(split=plan.split, num_shards=plan.num_shards, written=written,
                            skipped=skipped)
-
-
-def _run_in_threads(groups, max_image_pixels, progress):
-    """Runs `_write_shard_group` for each group on its own thread; [(written, skipped)]."""
-    cancel = threading.Event()
-    with concurrent.futures.ThreadPoolExecutor(max_workers=len(groups)) as pool:
-        futures = [pool.submit(_write_shard_group, group, max_image_pixels, cancel, progress)
-                   for group in groups]
-        try:
-            concurrent.futures.wait(futures, return_when=concurrent.futures.FIRST_EXCEPTION)
-            for future in futures:
-                if future.done() and future.exception() is not None:
-                    raise future.exception()
-            return [future.result() for future in futures]
-        except BaseException:
-            cancel.set()  # the other threads stop after their current image
-            raise
-
-
-class _Cancelled(Exception):
-    """Another thread failed (or the user interrupted); this one stops early."""
-
-
-def _write_shard_group(shards, max_image_pixels, cancel, progress):
-    written, skipped = 0, []
-    for temporary_path, sources in shards:
-        with tf.io.TFRecordWriter(temporary_path) as writer:
-            for source in sources:
-                if cancel.is_set():
-                    raise _Cancelled()
-                try:
-                    record = read_record(source, max_image_pixels)
-                except UndecodableImageError as error:
-                    skipped.append((source.path, str(error)))
-                else:
-                    writer.write(tfrecord_format.make_example(record).SerializeToString())
-                    written += 1
-                progress.update(1)
-    return written, skipped
-
-
-class _SharedProgress:
-    """A ProgressBar that several threads update."""
-
-    def __init__(self, bar):
-        self._bar = bar
-        self._lock = threading.Lock()
-
-    def update(self, amount):
-        with self._lock:
-            self._bar.update(amount)
-
-    def close(self):
-        with self._lock:
-            self._bar.close()
 
 
 def _remove_files(paths):

@@ -9,38 +9,30 @@ Layouts of `<folder>` (what --data_dir names):
   fraction f, 0 < f < 1: of each label's images, in sorted order, round(f * n) evenly spaced
   ones (at least one, never all) go to validation, the rest to train (split_by_fraction).
 
-The cache is `<cache>/image-folders/<folder name>-<hash>/`: `<cache>` is the project's cache
-directory (demo_data.default_cache_dir), the hash covers the absolute folder path and the
-fraction (0 for train/ + validation/). Beside the shards and labels.txt, FINGERPRINT_FILE
-records the folder, the fraction and a fingerprint of every image file's relative path, size
-and mtime_ns (from stat: no image is read). The same fingerprint reuses the shards; any file
-added, removed or changed rebuilds them. A build goes into a temporary sibling directory, the
-fingerprint is written last, and the directory is then renamed into place: a killed build never
-leaves a cache that looks valid (the next build removes what it left).
+Where the cache lives and the stamp beside its shards that records the folder, the fraction
+and a fingerprint of the folder's files (from stat: no image is read) are cache_stamp's. The
+same fingerprint reuses the shards; any file added, removed or changed rebuilds them. A build
+goes into a temporary sibling directory, the stamp is written last, and the directory is then
+renamed into place: a killed build never leaves a cache that looks valid (the next build
+removes what it left).
 
 Evaluation, export and classify only know the folder a run trained on, not its fraction: a
-folder of label folders given without a fraction uses the fraction its one cache recorded (its
-FINGERPRINT_FILE names the folder); with none or several, the error says what to pass.
+folder of label folders given without a fraction uses the fraction its one cache recorded
+(cache_stamp.recorded_fraction); with none or several, the error says what to pass.
 """
 
-import hashlib
-import json
 import os
-import re
 import shutil
 
 from common import files
 from common import holdout
-from data import demo_data
+from data import cache_stamp
 from data import image_folders
 from data import output_directory
 from data import shard_writer
 from data import tfrecord_format
 from data.errors import BuildError
 
-CACHE_SUBDIR = "image-folders"
-FINGERPRINT_FILE = "folder_fingerprint.json"
-CACHE_VERSION = 1
 # About 100 MB of photos a shard (the original's ImageNet shards held ~1250 images). Training
 # reads at least 2 shards interleaved, in a shuffled order; counts are multiples of NUM_THREADS
 # because build_shards gives each thread the same number of shards.
@@ -50,7 +42,6 @@ NUM_THREADS = 2
 SPLITS = ("train", "validation")
 # Only what tells an image folder from another folder of sub-folders; a build reads every file.
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff")
-_LEFTOVER = re.compile(r"\.(?:tmp|old)-(?P<pid>\d+)$")
 
 
 def looks_like_image_folder(path):
@@ -79,11 +70,12 @@ def cached_shards(folder, validation_fraction=0.0, log=print, progress_stream=No
     """
     folder = os.path.abspath(folder)
     fraction, roots = folder_layout(folder, validation_fraction, log)
-    target = cache_path(folder, fraction)
-    counts, digest = fingerprint(folder, roots)
-    stamp = {"version": CACHE_VERSION, "folder": folder, "validation_fraction": fraction,
-             "images": sum(counts.values()), "fingerprint": digest}
-    previous = read_stamp(target)
+    target = cache_stamp.cache_path(folder, fraction)
+    counts, digest = cache_stamp.fingerprint(folder, roots)
+    stamp = {"version": cache_stamp.CACHE_VERSION, "folder": folder,
+             "validation_fraction": fraction, "images": sum(counts.values()),
+             "fingerprint": digest}
+    previous = cache_stamp.read_stamp(target)
     if previous == stamp and _is_complete(target):
         log(f"using the cached shards of {folder} in {target} (its files are unchanged)")
         return target
@@ -111,8 +103,8 @@ def find_cache(folder, validation_fraction=0.0):
         fraction, _ = folder_layout(folder, validation_fraction, lambda line: None)
     except BuildError:
         return ""
-    target = cache_path(folder, fraction)
-    return target if read_stamp(target) is not None else ""
+    target = cache_stamp.cache_path(folder, fraction)
+    return target if cache_stamp.read_stamp(target) is not None else ""
 
 
 def folder_layout(folder, validation_fraction=0.0, log=print):
@@ -129,68 +121,8 @@ def folder_layout(folder, validation_fraction=0.0, log=print):
                 "its own validation/ folder")
         return 0.0, (("train", train), ("validation", validation))
     root = train if _holds_sub_folders(train) and not os.path.exists(validation) else folder
-    return float(validation_fraction) or _recorded_fraction(folder, root), (("", root),)
-
-
-def cache_root():
-    """The directory of every image folder's cache, inside the project's cache directory."""
-    return os.path.join(demo_data.default_cache_dir(), CACHE_SUBDIR)
-
-
-def cache_path(folder, validation_fraction):
-    """`<cache_root>/<folder name>-<12 hex digits of the folder's absolute path and fraction>`."""
-    folder = os.path.abspath(folder)
-    text = f"{folder}\n{float(validation_fraction)!r}"
-    key = hashlib.sha256(text.encode("utf-8", "surrogateescape"))
-    name = re.sub(r"[^\w.-]", "_", os.path.basename(folder), flags=re.ASCII).strip(".")
-    return os.path.join(cache_root(), f"{name or 'folder'}-{key.hexdigest()[:12]}")
-
-
-def recorded_fractions(folder):
-    """Sorted validation fractions (> 0) of the complete caches of the absolute `folder`."""
-    root = cache_root()
-    prefix = os.path.basename(cache_path(folder, 0.0))[:-12]
-    fractions = set()
-    for name in sorted(os.listdir(root)) if os.path.isdir(root) else ():
-        if not name.startswith(prefix) or _LEFTOVER.search(name):
-            continue
-        stamp = read_stamp(os.path.join(root, name)) or {}
-        fraction = stamp.get("validation_fraction")
-        if (stamp.get("folder") == folder and isinstance(fraction, float) and fraction > 0
-                and cache_path(folder, fraction) == os.path.join(root, name)):
-            fractions.add(fraction)
-    return sorted(fractions)
-
-
-def fingerprint(folder, roots):
-    """({split or "": number of image files}, sha256 hex of every label folder's and image
-    file's path relative to `folder`, size and mtime_ns) of the label folders under `roots`
-    (folder_layout's); only stats, never reads, the files."""
-    digest = hashlib.sha256()
-    counts = {}
-    for split, root in roots:
-        counts[split] = 0
-        for label in image_folders.sub_folders(root):
-            paths, _ = shard_writer.list_folder(os.path.join(root, label))
-            entries = [os.path.relpath(os.path.join(root, label), folder) + os.sep]
-            for path in paths:
-                stat = os.stat(path)
-                entries.append(f"{os.path.relpath(path, folder)}\0{stat.st_size}\0"
-                               f"{stat.st_mtime_ns}")
-            digest.update("".join(f"{entry}\n" for entry in entries).encode(
-                "utf-8", "surrogateescape"))
-            counts[split] += len(paths)
-    return counts, digest.hexdigest()
-
-
-def read_stamp(directory):
-    """The FINGERPRINT_FILE of `directory` as a dict, or None when it is missing or damaged."""
-    try:
-        with open(os.path.join(directory, FINGERPRINT_FILE), encoding="utf-8") as handle:
-            stamp = json.load(handle)
-    except (OSError, ValueError):
-        return None
-    return stamp if isinstance(stamp, dict) else None
+    fraction = float(validation_fraction) or cache_stamp.recorded_fraction(folder, root)
+    return fraction, (("", root),)
 
 
 def shard_count(num_images):
@@ -250,14 +182,14 @@ def _build_into_place(target, stamp, build, log):
     try:
         # The builder's lines name the directory the shards end up in, not the temporary one.
         build(temporary, lambda line: log(str(line).replace(temporary, target)))
-        files.write_text_atomically(os.path.join(temporary, FINGERPRINT_FILE),
-                                    json.dumps(stamp, indent=2, sort_keys=True) + "\n")
+        cache_stamp.write_stamp(temporary, stamp)
         if os.path.isdir(target):
             os.rename(target, old)
         try:
             os.rename(temporary, target)
         except OSError:
-            if read_stamp(target) != stamp:  # unless another process just built the same
+            # Unless another process just built the same cache.
+            if cache_stamp.read_stamp(target) != stamp:
                 raise
     finally:
         shutil.rmtree(temporary, ignore_errors=True)
@@ -267,30 +199,10 @@ def _build_into_place(target, stamp, build, log):
 def _remove_leftovers(parent, name):
     """Removes the `<name>.tmp-<pid>` / `.old-<pid>` directories of builds that were killed."""
     for entry in os.listdir(parent):
-        match = _LEFTOVER.search(entry)
+        match = cache_stamp.LEFTOVER.search(entry)
         if entry.startswith(f"{name}.") and match and \
                 not output_directory.process_running(int(match["pid"])):
             shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
-
-
-def _recorded_fraction(folder, root):
-    fractions = recorded_fractions(folder)
-    if len(fractions) == 1:
-        return fractions[0]
-    if not fractions and root != folder:
-        raise BuildError(
-            f"{folder} has a train/ but no validation/ folder; pass --validation_fraction=0.2 "
-            "to hold out a fifth of each label's training images for validation, or add "
-            "validation/<label>/<image> files.")
-    if not fractions:
-        raise BuildError(
-            f"{folder} holds label folders but no train/ and validation/ sub-folders; pass "
-            "--validation_fraction=0.2 to hold out a fifth of each label's images for "
-            "validation, or make train/ and validation/ sub-folders of label folders.")
-    listed = ", ".join(f"{fraction:g}" for fraction in fractions)
-    raise BuildError(f"{folder} has shards cached for validation fractions {listed} (in "
-                     f"{cache_root()}); pass --validation_fraction=<the one to use>, or "
-                     "--data_dir=<that cache's directory>.")
 
 
 def _is_complete(directory):

@@ -11,6 +11,7 @@ import tensorflow as tf
 from absl.testing import absltest
 from PIL import Image
 
+from data import cache_stamp
 from data import folder_cache
 from data import image_folders
 from data import shard_writer
@@ -137,7 +138,7 @@ class SplitFolderTest(CacheTestCase):
                                             f"{folder}"), lines[0])
         self.assertIn((2, "new.jpg"), examples(shard_dir, "train"))
         self.assertEqual(len(examples(shard_dir, "train")), 7)
-        self.assertEqual(folder_cache.read_stamp(shard_dir)["images"], 11)
+        self.assertEqual(cache_stamp.read_stamp(shard_dir)["images"], 11)
 
     def test_a_changed_or_removed_file_rebuilds(self):
         folder = make_split_folder()
@@ -167,7 +168,7 @@ class SplitFolderTest(CacheTestCase):
             with self.assertRaises(KeyboardInterrupt):
                 build(folder)
         self.assertEqual(os.listdir(os.path.dirname(shard_dir)), [os.path.basename(shard_dir)])
-        self.assertEqual(folder_cache.read_stamp(shard_dir)["images"], 10)  # the old cache
+        self.assertEqual(cache_stamp.read_stamp(shard_dir)["images"], 10)  # the old cache
         self.assertEqual(len(examples(shard_dir, "validation")), 4)
         _, lines = build(folder)
         self.assertTrue(lines[0].startswith("rebuilding TFRecord shards of the 11 images"))

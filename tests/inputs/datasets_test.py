@@ -11,8 +11,8 @@ import tensorflow as tf
 from absl.testing import absltest
 from PIL import Image
 
+from data import cache_stamp
 from data import demo_data
-from data import folder_cache
 from data import tfrecord_format
 from inception.config import recipe
 from inception.inputs import datasets
@@ -153,7 +153,7 @@ class ImageFolderTest(unittest.TestCase):
         image_folder(os.path.join(folder, "validation"))
         lines = []
         dataset = datasets.resolve_dataset("", folder, log=lines.append)
-        cache = folder_cache.cache_path(folder, 0.0)
+        cache = cache_stamp.cache_path(folder, 0.0)
         self.assertTrue(cache.startswith(self.cache))
         self.assertEqual((dataset.name, dataset.data_dir, dataset.shard_dir),
                          ("custom", folder, cache))
@@ -191,7 +191,7 @@ class ImageFolderTest(unittest.TestCase):
         dataset = datasets.resolve_dataset("", directory)
         self.assertEqual(dataset.shard_dir, directory)
         self.assertEqual(datasets.labels_dir(directory), directory)
-        self.assertFalse(os.path.exists(folder_cache.cache_root()))
+        self.assertFalse(os.path.exists(cache_stamp.cache_root()))
 
     def test_a_validation_fraction_for_shards_is_refused_in_one_line(self):
         for name, directory in (("", own_data()), ("demo", DEMO_DIR)):

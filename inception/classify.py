@@ -27,7 +27,7 @@ from inception.serving import runtimes
 
 FLAGS = flags.FLAGS
 
-flag_table.define_flags(flags, [commands.ClassifySettings], commands.CLASSIFY_HELP)
+flag_table.define_flags([commands.ClassifySettings], commands.CLASSIFY_HELP)
 flags.adopt_module_key_flags(flag_table)  # --help lists them as this program's own
 
 PROGRESS_AFTER = 36  # more images than this get a progress bar

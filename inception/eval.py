@@ -15,7 +15,7 @@ from inception.config import settings as settings_lib
 from inception.driver import startup
 
 FLAGS = flags.FLAGS
-flag_table.define_flags(flags, [settings_lib.EvalSettings], help_texts.EVAL_HELP)
+flag_table.define_flags([settings_lib.EvalSettings], help_texts.EVAL_HELP)
 flags.adopt_module_key_flags(flag_table)  # --help lists them as this program's own
 
 

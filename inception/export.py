@@ -20,7 +20,7 @@ from inception.serving import model_files
 
 FLAGS = flags.FLAGS
 
-flag_table.define_flags(flags, [commands.ExportSettings], commands.EXPORT_HELP)
+flag_table.define_flags([commands.ExportSettings], commands.EXPORT_HELP)
 flags.DEFINE_alias("model", "checkpoint_dir")
 flags.adopt_module_key_flags(flag_table)  # --help lists them as this program's own
 

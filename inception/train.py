@@ -31,11 +31,11 @@ from inception.config import settings as settings_lib
 from inception.driver import startup
 
 FLAGS = flags.FLAGS
-flag_table.define_flags(flags, settings_lib.SECTIONS.values(), help_texts.TRAIN_HELP)
-flag_table.define_flags(flags, [cluster_lib.ClusterSettings], help_texts.CLUSTER_HELP)
+flag_table.define_flags(settings_lib.SECTIONS.values(), help_texts.TRAIN_HELP)
+flag_table.define_flags([cluster_lib.ClusterSettings], help_texts.CLUSTER_HELP)
 
-flag_table.define_flags(flags, [plans.PlanFlags], plans.PLAN_HELP)
-flag_table.define_flags(flags, [commands.RangeTestSettings], commands.RANGE_TEST_HELP)
+flag_table.define_flags([plans.PlanFlags], plans.PLAN_HELP)
+flag_table.define_flags([commands.RangeTestSettings], commands.RANGE_TEST_HELP)
 flags.adopt_module_key_flags(flag_table)  # --help lists them as this program's own
 
 

@@ -8,9 +8,7 @@ no flag of their own). Flag names are the original's (rules.FLAG_NAMES where a s
 differs). Free of TensorFlow.
 """
 
-import dataclasses
-
-from common import cli
+from common import field_flags
 from inception.config import plans
 from inception.config import rules
 
@@ -39,50 +37,25 @@ PATHS = frozenset({"train_dir", "data_dir", "pretrained_model_checkpoint_path", 
                    "checkpoint_dir", "eval_dir", "training_plan", "checkpoint_path",
                    "export_dir", "model", "output_json"})
 
-def define_flags(flags, section_classes, help_table, flag_values=None):
-    """Defines with absl's `flags` module one flag per field of the dataclasses
-    `section_classes` that `help_table` ({setting name: help}) names: a list for a tuple
-    field, an enum for one with CHOICES, else the field's type; its default the field's
-    (FLAG_DEFAULTS where the field has none for the command line). `flag_values`: absl's
-    FlagValues to define them in (None: the process's flags.FLAGS)."""
+TABLE = field_flags.FlagTable(names=rules.FLAG_NAMES, defaults=FLAG_DEFAULTS, choices=CHOICES,
+                              paths=PATHS)
+
+
+def define_flags(section_classes, help_table, flag_values=None):
+    """Defines one flag per field of the dataclasses `section_classes` that `help_table`
+    ({setting name: help}) names: a list for a tuple field, an enum for one with CHOICES, else
+    the field's type; its default the field's (FLAG_DEFAULTS where the field has none for the
+    command line). `flag_values`: absl's FlagValues to define them in (None: flags.FLAGS)."""
     for section in section_classes:
-        for field in dataclasses.fields(section):
-            if field.name in help_table and not field.metadata.get("resolved"):
-                _define(flags, field, help_table[field.name],
-                        flags.FLAGS if flag_values is None else flag_values)
+        TABLE.define_flags(section, help_table, flag_values)
 
 
 def values_of(flag_values, section):
-    """{field name: value} of the flags of the dataclass `section` (each field's flag, as
-    define_flags made it) in absl's parsed `flag_values`: lists as tuples, PATHS as the user
-    meant them."""
-    values = {}
-    for field in dataclasses.fields(section):
-        name = rules.FLAG_NAMES.get(field.name, field.name)
-        if name not in flag_values or field.metadata.get("resolved"):
-            continue
-        value = flag_values[name].value
-        if field.type is tuple:
-            value = tuple(value)
-        values[field.name] = cli.user_path(value) if field.name in PATHS else value
-    return values
+    """{field name: value} of the flags of the dataclass `section` in absl's parsed
+    `flag_values`: lists as tuples, PATHS as the user meant them."""
+    return TABLE.values_of(flag_values, section)
 
 
 def flag_default(field):
     """The command-line default of the setting `field` (a dataclasses.Field)."""
-    if field.name in FLAG_DEFAULTS:
-        return FLAG_DEFAULTS[field.name]
-    return None if field.default is dataclasses.MISSING else field.default
-
-
-def _define(flags, field, help_text, flag_values):
-    name, default = rules.FLAG_NAMES.get(field.name, field.name), flag_default(field)
-    if field.type is tuple:
-        flags.DEFINE_list(name, list(default), help_text, flag_values=flag_values)
-    elif field.name in CHOICES:
-        flags.DEFINE_enum(name, default, CHOICES[field.name], help_text,
-                          flag_values=flag_values)
-    else:
-        define = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer,
-                  float: flags.DEFINE_float, str: flags.DEFINE_string}[field.type]
-        define(name, default, help_text, flag_values=flag_values)
+    return TABLE.flag_default(field)

@@ -13,11 +13,10 @@ import os
 import re
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 
 from bench import report as bench_report
+from bench import train_command
 from common import machine
 
 STEPS = 200
@@ -27,14 +26,9 @@ LINE = re.compile(r": step (\d+), loss = \S+ \(\S+ examples/sec; ([\d.]+) sec/ba
 
 def sec_per_batch(train_dir, extra):
     """{step of each loss line: sec/batch of the interval it closes} of one run."""
-    done = subprocess.run(["bin/bazel", "run", "//inception:train", "--",
-                           f"--train_dir={train_dir}", f"--max_steps={STEPS}",
-                           "--eval_every_n_steps=0", "--seed=1", *extra],
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          check=False)
-    if done.returncode != 0:
-        sys.exit(f"error: the run into {train_dir} failed:\n{done.stdout[-3000:]}")
-    return {int(step): float(seconds) for step, seconds in LINE.findall(done.stdout)}
+    output, _ = train_command.run([f"--train_dir={train_dir}", f"--max_steps={STEPS}",
+                                   "--eval_every_n_steps=0", "--seed=1", *extra])
+    return {int(step): float(seconds) for step, seconds in LINE.findall(output)}
 
 
 def summarize(intervals):
@@ -48,8 +42,7 @@ def main():
     parser.add_argument("--pairs", type=int, default=2, help="runs of each mode, alternated")
     parser.add_argument("--output_json", default="")
     args = parser.parse_args()
-    subprocess.run(["bin/bazel", "build", "//inception:train"], check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    train_command.build()
     modes = {"traced": [f"--profile_steps={WINDOW[0]},{WINDOW[1]}"], "untraced": []}
     runs = {mode: [] for mode in modes}
     scratch = tempfile.mkdtemp(prefix="profile_cost_")

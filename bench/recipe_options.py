@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 
+from bench import train_command
 from common import files
 from common import machine
 
@@ -59,16 +60,13 @@ def length_flags(length):
 
 def run_once(folder, train_dir, length, seed, extra):
     """{precision_at_1, highest_loss, seconds} of one training run; exits on a failed run."""
-    started = time.monotonic()
-    done = subprocess.run(
-        ["bin/bazel", "run", "//inception:train", "--", f"--data_dir={folder}",
-         f"--train_dir={train_dir}", *COMMON, f"--seed={seed}", *length_flags(length), *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
-    seconds = time.monotonic() - started
-    found = VALIDATION.findall(done.stdout)
-    if done.returncode != 0 or not found:
-        sys.exit(f"error: the run into {train_dir} failed:\n{done.stdout[-3000:]}")
-    losses = [float(value) for value in LOSS.findall(done.stdout)]
+    flags = [f"--data_dir={folder}", f"--train_dir={train_dir}", *COMMON, f"--seed={seed}",
+             *length_flags(length), *extra]
+    output, seconds = train_command.run(flags)
+    found = VALIDATION.findall(output)
+    if not found:
+        train_command.fail(flags, output)
+    losses = [float(value) for value in LOSS.findall(output)]
     return {"precision_at_1": float(found[-1][1]), "highest_loss": max(losses, default=None),
             "seconds": round(seconds, 1)}
 

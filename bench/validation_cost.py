@@ -2,7 +2,7 @@
 validation (steps 350 and 700) and with `--eval_every_n_steps=0`, alternated, wall time of
 each whole command.
 
-    python3 bench/validation_cost.py --pairs=2 --output_json=bench/results/validation-cost.json
+    python3 -m bench.validation_cost --pairs=2 --output_json=bench/results/validation-cost.json
 
 Run by hand from the repository root on an otherwise idle machine (not under Bazel: it runs
 `bin/bazel run` itself, after one build so that no run pays for it). Prints and writes the
@@ -15,25 +15,17 @@ import os
 import platform
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
+
+from bench import train_command
 
 MODES = {"with_validation": [], "without_validation": ["--eval_every_n_steps=0"]}
 
 
 def run_once(train_dir, extra):
     """Wall seconds of one bare-command run into `train_dir`; exits on a failed run."""
-    started = time.monotonic()
-    done = subprocess.run(["bin/bazel", "run", "//inception:train", "--",
-                           f"--train_dir={train_dir}", *extra],
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          check=False)
-    elapsed = time.monotonic() - started
-    if done.returncode != 0:
-        sys.exit(f"error: the run into {train_dir} failed:\n{done.stdout[-3000:]}")
-    return elapsed
+    return train_command.run([f"--train_dir={train_dir}", *extra])[1]
 
 
 def main():
@@ -41,8 +33,7 @@ def main():
     parser.add_argument("--pairs", type=int, default=2, help="runs of each mode, alternated")
     parser.add_argument("--output_json", default="", help="also write the results here")
     args = parser.parse_args()
-    subprocess.run(["bin/bazel", "build", "//inception:train"], check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    train_command.build()
     scratch = tempfile.mkdtemp(prefix="validation_cost_")
     seconds = {mode: [] for mode in MODES}
     try:

@@ -66,7 +66,7 @@ def cached_shards(folder, validation_fraction=0.0, log=print, progress_stream=No
       log: called with one line before building (or on reuse) and the builder's lines.
       progress_stream: where the build's progress bar goes (stderr by default).
 
-    Raises BuildError (a ValueError) with one line saying what to do.
+    Raises BuildError (a cli.UserError) with one line saying what to do.
     """
     folder = os.path.abspath(folder)
     fraction, roots = folder_layout(folder, validation_fraction, log)

@@ -36,7 +36,7 @@ class FolderBuildOptions:
 def build_from_folders(options, log=print, progress_stream=None):
     """Builds the shards and labels.txt that `options` describe; returns [SplitResult].
 
-    Raises BuildError (a ValueError) on bad input, before anything is written.
+    Raises BuildError (a cli.UserError) on bad input, before anything is written.
     """
     split_dirs = split_directories(options.train_dir, options.validation_dir)
     label_names = read_label_names(options.labels_file, next(iter(split_dirs.values())))

@@ -50,7 +50,7 @@ class ImageNetBuildOptions:
 def build_imagenet(options, log=print, progress_stream=None):
     """Builds the ImageNet shards and labels.txt (the synsets) that `options` describe.
 
-    Returns [SplitResult]. Raises BuildError (a ValueError) on bad input, before anything is
+    Returns [SplitResult]. Raises BuildError (a cli.UserError) on bad input, before anything is
     written.
     """
     split_dirs = image_folders.split_directories(options.train_dir, options.validation_dir)

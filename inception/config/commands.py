@@ -6,9 +6,9 @@ once. Export's formats and their rule live here too. Free of TensorFlow.
 """
 
 import dataclasses
-import os
 
 from common import image_limits
+from inception.config import rules
 from inception.config.rules import SettingsError
 
 SAVED_MODEL_FORMAT = "saved_model"  # the version folder itself: every export writes it
@@ -31,15 +31,6 @@ def export_formats(text):
         raise SettingsError(f"--formats must include {SAVED_MODEL_FORMAT}: the version folder is "
                             "a SavedModel, and the other formats are written beside it.")
     return formats
-
-
-def _at_least_one(settings, names):
-    for name in names:
-        value = getattr(settings, name)
-        if value < 1:
-            default = next(field.default for field in dataclasses.fields(settings)
-                           if field.name == name)
-            raise SettingsError(f"--{name}={value} must be at least 1 (default {default}).")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,10 +83,8 @@ class ExportSettings:
         if not self.export_dir:
             raise SettingsError("--export_dir is required: the directory the SavedModel "
                                 "versions go to.")
-        _at_least_one(self, ("calibration_images", "top_k", "max_image_pixels"))
-        if os.path.exists(self.export_dir) and not os.path.isdir(self.export_dir):
-            raise SettingsError(f"--export_dir={self.export_dir} is a file; pass a directory "
-                                "(new or one that holds earlier exports).")
+        rules.at_least(self, ("calibration_images", "top_k", "max_image_pixels"), 1)
+        rules.must_be_directory("export_dir", self.export_dir)
         return self
 
     def format_names(self):
@@ -139,7 +128,7 @@ class ClassifySettings:
         if not self.model:
             raise SettingsError("--model is required: an export directory or a training "
                                 "directory.")
-        _at_least_one(self, ("batch_size", "max_image_pixels"))
+        rules.at_least(self, ("batch_size", "max_image_pixels"), 1)
         return self
 
 

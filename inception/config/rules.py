@@ -56,18 +56,20 @@ def check_train(settings):
 def check_eval(evaluation):
     """Raises SettingsError for the first setting of the EvalSettings `evaluation` that no
     evaluation can use."""
-    _at_least(evaluation, ("batch_size",), 1)
-    _at_least(evaluation, ("num_examples", "eval_interval_secs", "timeout_secs"), 0)
+    at_least(evaluation, ("batch_size",), 1)
+    at_least(evaluation, ("num_examples", "eval_interval_secs", "timeout_secs"), 0)
     check_model(evaluation)
-    _must_be_directory("eval_dir", evaluation.eval_dir)
-    _must_be_directory("data_dir", evaluation.data_dir, must_exist=True)
+    must_be_directory("eval_dir", evaluation.eval_dir)
+    must_be_directory("data_dir", evaluation.data_dir, must_exist=True)
 
 
 def _fail(name, value, what):
     raise SettingsError(f"--{FLAG_NAMES.get(name, name)}={value} {what}.")
 
 
-def _at_least(section, names, minimum):
+def at_least(section, names, minimum):
+    """Raises SettingsError naming the flag of the first of the fields `names` of `section`
+    that is below `minimum` (None passes: not given)."""
     for name in names:
         value = getattr(section, name)
         if value is not None and value < minimum:
@@ -76,22 +78,22 @@ def _at_least(section, names, minimum):
 
 def _check_counts(settings):
     data, devices, loop = settings.data, settings.devices, settings.loop
-    _at_least(data, ("batch_size", "num_labels"), 1)
-    _at_least(devices, ("num_towers",), 1)
-    _at_least(devices, ("virtual_gpu_memory_mb", "intra_op_threads", "inter_op_threads",
+    at_least(data, ("batch_size", "num_labels"), 1)
+    at_least(devices, ("num_towers",), 1)
+    at_least(devices, ("virtual_gpu_memory_mb", "intra_op_threads", "inter_op_threads",
                         "all_reduce_buffers"), 0)
-    _at_least(loop, ("keep_checkpoints",), 1)
-    _at_least(loop, ("max_steps", "log_every_n_steps", "save_summaries_steps",
+    at_least(loop, ("keep_checkpoints",), 1)
+    at_least(loop, ("max_steps", "log_every_n_steps", "save_summaries_steps",
                      "save_summaries_secs", "save_checkpoint_steps", "save_interval_secs",
                      "keep_checkpoint_every_n_hours", "max_nan_rollbacks"), 0)
-    _at_least(settings.optimization, ("warmup_steps",), 0)
-    _at_least(settings.optimization, ("accumulate_steps",), 1)
-    _at_least(settings.validation, ("eval_every_n_steps",
+    at_least(settings.optimization, ("warmup_steps",), 0)
+    at_least(settings.optimization, ("accumulate_steps",), 1)
+    at_least(settings.validation, ("eval_every_n_steps",
                                     "stop_after_evals_without_improvement"), 0)
-    _at_least(settings.validation, ("eval_batch_size",), 1)
+    at_least(settings.validation, ("eval_batch_size",), 1)
     augmentation = settings.augmentation
-    _at_least(augmentation, ("randaugment_ops",), 1)
-    _at_least(augmentation, ("randaugment_magnitude", "mixup_alpha", "cutmix_alpha"), 0)
+    at_least(augmentation, ("randaugment_ops",), 1)
+    at_least(augmentation, ("randaugment_magnitude", "mixup_alpha", "cutmix_alpha"), 0)
     for section, name, most in (
             (augmentation, "randaugment_magnitude", MAX_RANDAUGMENT_MAGNITUDE),
             (augmentation, "random_erasing", 1)):
@@ -163,12 +165,14 @@ def _check_paths(settings):
             not os.path.isfile(class_weight):
         _fail("class_weight", class_weight, "is neither 'balanced' nor a file of '<label> "
               "<weight>' lines")
-    _must_be_directory("train_dir", settings.train_dir)
-    _must_be_directory("export_best_dir", settings.validation.export_best_dir)
-    _must_be_directory("data_dir", settings.data.data_dir, must_exist=True)
+    must_be_directory("train_dir", settings.train_dir)
+    must_be_directory("export_best_dir", settings.validation.export_best_dir)
+    must_be_directory("data_dir", settings.data.data_dir, must_exist=True)
 
 
-def _must_be_directory(name, path, must_exist=False):
+def must_be_directory(name, path, must_exist=False):
+    """Raises SettingsError when the setting `name`'s `path` is a file (or, with `must_exist`,
+    is no directory); a URL is left to TensorFlow."""
     if not path or files.is_url(path):  # a URL is checked through TensorFlow, at resolution
         return
     if os.path.exists(path) and not os.path.isdir(path):

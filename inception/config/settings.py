@@ -188,7 +188,7 @@ class ValidationSettings:
     exported), training stopped after stop_after_evals_without_improvement evaluations
     without a new best (0: never)."""
     eval_every_n_steps: int = None
-    eval_batch_size: int = 100
+    eval_batch_size: int = recipe.EVAL_BATCH_SIZE
     best_metric: str = rules.BEST_METRICS[0]
     export_best_dir: str = ""
     stop_after_evals_without_improvement: int = 0
@@ -283,7 +283,7 @@ class EvalSettings:
     data_dir: str = ""
     subset: str = "validation"
     num_examples: int = 0
-    batch_size: int = 100
+    batch_size: int = recipe.EVAL_BATCH_SIZE
     eval_interval_secs: float = 60
     run_once: bool = False
     timeout_secs: float = 0

@@ -101,7 +101,7 @@ def train(settings, log=print, on_stuck=None):
     on_stuck: on a cluster, callable(message) for a TensorFlow call that outlives its own
     timeout (see distributed.ClusterWorker); the entry point ends the process.
 
-    Raises ValueError subclasses (SettingsError, PlanError, RunLockError, DataError,
+    Raises cli.UserError subclasses (SettingsError, PlanError, RunLockError, DataError,
     PlacementError, CheckpointError) with a message that says what to do, and
     guards.DivergenceError when training diverges; on a cluster also
     distributed.ClusterError (a task lost or late).

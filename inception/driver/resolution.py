@@ -43,7 +43,7 @@ def resolve_run(settings, log=print):
     """Checks `settings` (a TrainSettings) against the machine, `train_dir` and the data;
     writes nothing (it sets this process's GPU options for the towers). Returns ResolvedRun.
 
-    Raises ValueError subclasses with a message that says what to do.
+    Raises cli.UserError subclasses with a message that says what to do.
     """
     placement = devices.resolve_placement(settings.devices, settings.cluster)
     run_dir = RunDirectory(settings.train_dir)

@@ -1,6 +1,7 @@
 """Training on several machines with TensorFlow's distributed runtime, one module per role:
-connections.py (limits, errors, reaching tasks, servers), parameter_server.py, worker.py (a
-worker beside parameter servers), collective.py (a worker of a cluster without them: an
+connections.py (limits, errors, reaching tasks, servers), parameter_server.py, member.py (what
+every worker shares: its server, start-up waits, bounded calls, the lost-task error), worker.py
+(a worker beside parameter servers), collective.py (a worker of a cluster without them: an
 all-reduce, see there) and watchdog.py.
 
 The original `imagenet_distributed_train` layout: parameter-server tasks (`--job_name=ps`) hold

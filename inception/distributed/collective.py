@@ -26,7 +26,7 @@ from common import cli
 from inception.distributed.connections import ClusterError
 from inception.distributed.connections import run_options
 from inception.distributed.connections import SHUTDOWN_TIMEOUT_SECS
-from inception.distributed.worker import ClusterWorker
+from inception.distributed.member import ClusterMember
 from inception.loop import guards
 from inception.loop import replica as replica_lib
 from inception.loop import resume
@@ -50,7 +50,7 @@ def collective_config(config):
     return copied
 
 
-class CollectiveWorker(ClusterWorker):
+class CollectiveWorker(ClusterMember):
     """The hooks `session_loop.run_training` calls for one worker of a cluster without
     parameter servers (see the module docstring). Construct it before building the graph and
     pass it to run_training as `replica`; the graph is built with the placement's

@@ -8,9 +8,11 @@ loop is its own, so that one-machine and cluster runs share every line of it): t
 the update op in a thread of its own, and a ready flag on the first parameter server replaces
 the session manager's readiness report. The shared token queue, which TensorFlow keeps in a
 private attribute, is read in one place (`sync_token_queue`), pinned by a test.
+
+What every kind of worker shares (its server, start-up waits, bounded calls, the error naming
+the tasks that do not answer) is member.py's.
 """
 
-import contextlib
 import threading
 import time
 
@@ -18,21 +20,17 @@ import tensorflow as tf
 
 from common import cli
 from common import error_lines
-from inception.config.cluster import ClusterConfigError
 from inception.distributed.connections import ClusterError
 from inception.distributed.connections import CONNECTION_ERRORS
 from inception.distributed.connections import done_queue
 from inception.distributed.connections import EARLY_STOP_FLAG_NAME
-from inception.distributed.connections import is_reachable
-from inception.distributed.connections import LOST_TASK_SETTLE_SECS
 from inception.distributed.connections import PROBE_INTERVAL_SECS
 from inception.distributed.connections import ps_device
 from inception.distributed.connections import READY_FLAG_NAME
 from inception.distributed.connections import run_options
 from inception.distributed.connections import SHUTDOWN_TIMEOUT_SECS
-from inception.distributed.connections import start_server
 from inception.distributed.connections import unreachable_tasks
-from inception.distributed.watchdog import Watchdog
+from inception.distributed.member import ClusterMember
 from inception.loop import guards
 from inception.loop import replica as replica_lib
 
@@ -46,47 +44,22 @@ def sync_token_queue(optimizer):
     return optimizer._sync_token_queue  # pylint: disable=protected-access
 
 
-class ClusterWorker(replica_lib.Replica):
-    """The hooks `session_loop.run_training` calls for one worker task of a cluster.
+class ClusterWorker(ClusterMember):
+    """The hooks `session_loop.run_training` calls for one worker task of a cluster with
+    parameter servers.
 
     Construct it before building the graph (it starts the task's server, which must be up for
     the parameter servers to see this worker), pass `wrap_optimizer` to
     step_graph.build_train_graph (once: one-stage plans only) and the object itself to
-    run_training as `replica`.
-
-    on_stuck: callable(message), called from a timer thread when a TensorFlow call outlives its
-    own timeout by STUCK_GRACE_SECS (cancelling a timed-out step can deadlock inside
-    TensorFlow); the entry point prints the message and ends the process.
+    run_training as `replica`. `on_stuck`: see ClusterMember.
     """
 
     def __init__(self, settings, server_config, log=print, on_stuck=None):
-        if settings.job_name != "worker":
-            raise ClusterConfigError("only a worker task trains; a ps task runs "
-                                     "run_parameter_server.")
-        self.settings = settings
-        self._log = log
-        self._server = start_server(settings, server_config)
+        super().__init__(settings, server_config, log, on_stuck)
         self._sync_optimizer = None
-        self._ops = {}
         self._steps_run = 0
         self._update_failures = []
         self._stopping_early = False
-        self._watchdog = Watchdog(f"worker {settings.task_id}", on_stuck)
-
-    @property
-    def is_chief(self):
-        """True for worker task 0."""
-        return self.settings.is_chief
-
-    @property
-    def worker_device(self):
-        """This worker's device prefix, e.g. '/job:worker/task:1'."""
-        return f"/job:worker/task:{self.settings.task_id}"
-
-    def local_device(self, device):
-        """`device` (e.g. '/cpu:0') on this worker: what is built there stays on it, even a
-        variable (input counters are local state, not shared)."""
-        return f"{self.worker_device}{device}"
 
     def device_scope(self):
         """Variables on the parameter servers (round robin), every other op on this worker."""
@@ -168,35 +141,8 @@ class ClusterWorker(replica_lib.Replica):
                     raise self._parameter_servers_late() from None
                 time.sleep(PROBE_INTERVAL_SECS / 2)
 
-    @contextlib.contextmanager
-    def _closing(self, session):
-        with session:  # the default session and graph, as `with tf1.Session(...)` gives
-            try:
-                yield session
-            finally:
-                with self._watchdog.around(SHUTDOWN_TIMEOUT_SECS, "closing the session"):
-                    session.close()
-
     def _wait_for_parameter_servers(self, deadline):
         self._wait_for_tasks("ps", deadline, self._parameter_servers_late)
-
-    def _wait_for_tasks(self, job, deadline, late):
-        """Waits until every other task of `job` accepts connections; raises late() (a
-        ClusterError) after `deadline`. Probing the ports first keeps TensorFlow from logging
-        every failed attempt to reach them."""
-        def absent():
-            return [f"{job} {task} at {address}"
-                    for task, address in enumerate(self.settings.hosts(job))
-                    if (job, task) != (self.settings.job_name, self.settings.task_id)
-                    and not is_reachable(address)]
-        missing = absent()
-        if missing:
-            self._log(cli.timestamped(f"waiting for {', '.join(missing)} to come up"))
-        while missing:
-            if time.time() > deadline:
-                raise late(missing)
-            time.sleep(PROBE_INTERVAL_SECS / 2)
-            missing = absent()
 
     def _parameter_servers_late(self, missing=None):
         del missing  # named below with every task that does not answer
@@ -278,23 +224,13 @@ class ClusterWorker(replica_lib.Replica):
         return out, int(self._run("global_step", session, SHUTDOWN_TIMEOUT_SECS, where))
 
     def explain(self, error, where, timeout=None):
-        """A ClusterError for a TensorFlow error of this worker's session: which tasks do not
-        answer, and what to do."""
-        prefix = f"worker {self.settings.task_id} {where}"
+        """ClusterMember.explain, unless the chief's update failed: then that failure (the
+        other workers see only their steps end)."""
         if self._update_failures:
-            return ClusterError(f"{prefix}: the chief could not apply the synchronous update "
+            return ClusterError(f"worker {self.settings.task_id} {where}: the chief could not "
+                                "apply the synchronous update "
                                 f"({error_lines.cause_of(self._update_failures[0])}).")
-        timed_out = isinstance(error, tf.errors.DeadlineExceededError)
-        down = unreachable_tasks(self.settings, 0.0 if timed_out else LOST_TASK_SETTLE_SECS)
-        down = f"; not answering now: {down}" if down else ""
-        restart = ("Stop every task and start them again; training resumes from the chief's "
-                   "last checkpoint.")
-        if timed_out:
-            waited = f" within {timeout:g} s" if timeout else " in time"
-            return ClusterError(f"{prefix}: no synchronous update{waited}{down}. A worker is "
-                                f"missing, stuck, or slower than --step_timeout_secs. {restart}")
-        return ClusterError(f"{prefix}: lost contact with the cluster "
-                            f"({error_lines.cause_of(error)}){down}. {restart}")
+        return super().explain(error, where, timeout)
 
     def before_save(self, session):
         """Refuses to checkpoint weights that are no longer finite (another worker's loss
@@ -320,20 +256,6 @@ class ClusterWorker(replica_lib.Replica):
             self._try_run("set_stopped_early", session)
         self._try_run("close_tokens", session)
         self._try_run("done", session)
-
-    def _run(self, name, session, timeout_secs, where):
-        try:
-            with self._watchdog.around(timeout_secs, f"{name} ({where})"):
-                return session.run(self._ops[name], options=run_options(timeout_secs))
-        except tf.errors.OpError as error:
-            raise self.explain(error, where, timeout_secs) from None
-
-    def _try_run(self, name, session):
-        try:
-            with self._watchdog.around(SHUTDOWN_TIMEOUT_SECS, name):
-                return session.run(self._ops[name], options=run_options(SHUTDOWN_TIMEOUT_SECS))
-        except tf.errors.OpError:
-            return None
 
 
 def _all_finite(variables):

@@ -1,0 +1,119 @@
+"""What every worker task of a cluster shares, beside parameter servers or not: its server, its
+device names, waiting for the other tasks at start-up, every call into its session bounded by a
+timeout and a watchdog, and the error that names the tasks that do not answer.
+
+worker.py (a worker beside parameter servers) and collective.py (a worker of a cluster without
+them) build their `session_loop.run_training` hooks on it.
+"""
+
+import contextlib
+import time
+
+import tensorflow as tf
+
+from common import cli
+from common import error_lines
+from inception.config.cluster import ClusterConfigError
+from inception.distributed.connections import ClusterError
+from inception.distributed.connections import is_reachable
+from inception.distributed.connections import LOST_TASK_SETTLE_SECS
+from inception.distributed.connections import PROBE_INTERVAL_SECS
+from inception.distributed.connections import run_options
+from inception.distributed.connections import SHUTDOWN_TIMEOUT_SECS
+from inception.distributed.connections import start_server
+from inception.distributed.connections import unreachable_tasks
+from inception.distributed.watchdog import Watchdog
+from inception.loop import replica as replica_lib
+
+
+class ClusterMember(replica_lib.Replica):
+    """One worker task of a cluster: what its hooks share (see the module docstring).
+
+    Constructing it starts the task's server, which must be up for the other tasks to see it.
+
+    on_stuck: callable(message), called from a timer thread when a TensorFlow call outlives its
+    own timeout by STUCK_GRACE_SECS (cancelling a timed-out step can deadlock inside
+    TensorFlow); the entry point prints the message and ends the process.
+    """
+
+    def __init__(self, settings, server_config, log=print, on_stuck=None):
+        if settings.job_name != "worker":
+            raise ClusterConfigError("only a worker task trains; a ps task runs "
+                                     "run_parameter_server.")
+        self.settings = settings
+        self._log = log
+        self._server = start_server(settings, server_config)
+        self._ops = {}
+        self._watchdog = Watchdog(f"worker {settings.task_id}", on_stuck)
+
+    @property
+    def is_chief(self):
+        """True for worker task 0."""
+        return self.settings.is_chief
+
+    @property
+    def worker_device(self):
+        """This worker's device prefix, e.g. '/job:worker/task:1'."""
+        return f"/job:worker/task:{self.settings.task_id}"
+
+    def local_device(self, device):
+        """`device` (e.g. '/cpu:0') on this worker: what is built there stays on it, even a
+        variable (input counters are local state, not shared)."""
+        return f"{self.worker_device}{device}"
+
+    @contextlib.contextmanager
+    def _closing(self, session):
+        with session:  # the default session and graph, as `with tf1.Session(...)` gives
+            try:
+                yield session
+            finally:
+                with self._watchdog.around(SHUTDOWN_TIMEOUT_SECS, "closing the session"):
+                    session.close()
+
+    def _wait_for_tasks(self, job, deadline, late):
+        """Waits until every other task of `job` accepts connections; raises late() (a
+        ClusterError) after `deadline`. Probing the ports first keeps TensorFlow from logging
+        every failed attempt to reach them."""
+        def absent():
+            return [f"{job} {task} at {address}"
+                    for task, address in enumerate(self.settings.hosts(job))
+                    if (job, task) != (self.settings.job_name, self.settings.task_id)
+                    and not is_reachable(address)]
+        missing = absent()
+        if missing:
+            self._log(cli.timestamped(f"waiting for {', '.join(missing)} to come up"))
+        while missing:
+            if time.time() > deadline:
+                raise late(missing)
+            time.sleep(PROBE_INTERVAL_SECS / 2)
+            missing = absent()
+
+    def explain(self, error, where, timeout=None):
+        """A ClusterError for a TensorFlow error of this worker's session: which tasks do not
+        answer, and what to do."""
+        prefix = f"worker {self.settings.task_id} {where}"
+        timed_out = isinstance(error, tf.errors.DeadlineExceededError)
+        down = unreachable_tasks(self.settings, 0.0 if timed_out else LOST_TASK_SETTLE_SECS)
+        down = f"; not answering now: {down}" if down else ""
+        restart = ("Stop every task and start them again; training resumes from the chief's "
+                   "last checkpoint.")
+        if timed_out:
+            waited = f" within {timeout:g} s" if timeout else " in time"
+            return ClusterError(f"{prefix}: no synchronous update{waited}{down}. A worker is "
+                                f"missing, stuck, or slower than --step_timeout_secs. {restart}")
+        return ClusterError(f"{prefix}: lost contact with the cluster "
+                            f"({error_lines.cause_of(error)}){down}. {restart}")
+
+    def _run(self, name, session, timeout_secs, where):
+        try:
+            with self._watchdog.around(timeout_secs, f"{name} ({where})"):
+                return session.run(self._ops[name], options=run_options(timeout_secs))
+        except tf.errors.OpError as error:
+            raise self.explain(error, where, timeout_secs) from None
+
+    def _try_run(self, name, session):
+        try:
+            with self._watchdog.around(SHUTDOWN_TIMEOUT_SECS, name):
+                return session.run(self._ops[name], options=run_options(SHUTDOWN_TIMEOUT_SECS))
+        except tf.errors.OpError:
+            return None

@@ -16,23 +16,24 @@ Training, evaluation, export and classify all read checkpoints through `RunDirec
 agree on the newest usable one. Every checkpoint is looked up inside the directory they were
 given, whatever path TensorFlow's `checkpoint` file holds: a directory gets copied, synced to a
 bucket and mounted elsewhere, and the absolute paths older runs wrote there may name another
-run's files, or nothing.
+run's files, or nothing. What a user is told when a write here fails is run/write_errors.py's.
 """
 
 import dataclasses
 import json
 import os
-import shutil
 
 import tensorflow as tf
 
-from common import error_lines
 from common import files
 from inception.config.settings import ModelSettings
 from inception.run import checkpoint_io
 from inception.run import health
 from inception.run.checkpoint_io import CheckpointError
 from inception.run.checkpoint_io import step_or_none
+from inception.run.write_errors import remove_new_files
+from inception.run.write_errors import save_error
+from inception.run.write_errors import write_text_or_explain
 
 CHECKPOINT_BASENAME = "model.ckpt"
 SETTINGS_FILE = "model_settings.json"
@@ -107,7 +108,7 @@ class RunDirectory:
         path = self.file(SETTINGS_FILE)
         if tf.io.gfile.exists(path) and files.read_text(path) == text:
             return
-        _write_or_explain(path, text)
+        write_text_or_explain(path, text)
 
     # Finding checkpoints.
 
@@ -249,49 +250,20 @@ class RunDirectory:
 
         On a write failure (a full disk, a read-only directory) removes whatever this save
         wrote, so the `checkpoint` file still names the previous checkpoint, and raises
-        CheckpointWriteError with the directory, the error and the space a checkpoint needs.
+        write_errors.CheckpointWriteError with the directory, the error and the space a
+        checkpoint needs.
         """
         before = set(tf.io.gfile.listdir(self.path))
         try:
             return saver.save(session, self.prefix(), global_step=step, write_meta_graph=False)
         except (tf.errors.OpError, OSError) as error:
-            for name in set(tf.io.gfile.listdir(self.path)) - before:
-                path = self.file(name.rstrip("/"))
-                if tf.io.gfile.isdir(path):
-                    tf.io.gfile.rmtree(path)
-                else:
-                    tf.io.gfile.remove(path)
-            latest = self.newest()
-            kept = (f"the newest checkpoint is still {latest}" if latest
-                    else "no checkpoint was kept")
-            raise CheckpointWriteError(
-                f"could not save checkpoint {self.prefix(step)} in {self.path}: "
-                f"{_reason(error)}; a checkpoint here needs about {_size(needed_bytes)}"
-                f"{_free_space(self.path)}; {kept}. Free some space or fix the directory, then "
-                "rerun the same command to resume.") from None
+            remove_new_files(self.path, before)
+            raise save_error(self, step, error, needed_bytes) from None
 
     @property
     def health(self):
         """What each save recorded here (health.HealthRecords)."""
         return health.HealthRecords(self)
-
-
-class CheckpointWriteError(CheckpointError):
-    """A checkpoint could not be written (e.g. a full disk); nothing of it was left behind."""
-
-
-def _free_space(directory):
-    # Only a local directory can say how much space is free.
-    if files.is_url(directory):
-        return ""
-    return f" ({_size(shutil.disk_usage(directory).free)} free)"
-
-
-def _size(count):
-    for unit, scale in (("GB", 2 ** 30), ("MB", 2 ** 20)):
-        if count >= scale:
-            return f"{count / scale:,.1f} {unit}"
-    return f"{count / 1024:,.0f} KB"
 
 
 def files_starting_with(prefix):
@@ -300,19 +272,3 @@ def files_starting_with(prefix):
     directory, start = os.path.split(prefix)
     return [os.path.join(directory, name) for name in tf.io.gfile.listdir(directory)
             if name.startswith(start)]
-
-
-def _reason(error):
-    message = getattr(error, "message", None) or getattr(error, "strerror", None)
-    return error_lines.root_cause(message or str(error))
-
-
-def _write_or_explain(path, text):
-    try:
-        files.write_text_atomically(path, text)
-    except OSError as error:
-        raise CheckpointError(f"cannot write {path}: {error.strerror or error}; free some space "
-                              "or fix the directory, then rerun.") from None
-    except tf.errors.OpError as error:
-        raise CheckpointError(f"cannot write {path}: {error_lines.root_cause(error.message)}; fix "
-                              "the directory, then rerun.") from None

@@ -13,8 +13,8 @@ from inception.config import settings as settings_lib
 from inception.loop import guards
 from inception.loop import session_loop
 from inception.parallel import step_graph
-from inception.run.directory import CheckpointWriteError
 from inception.run.directory import RunDirectory
+from inception.run.write_errors import CheckpointWriteError
 from tests import testing_utils
 
 tf1 = tf.compat.v1

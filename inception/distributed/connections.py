@@ -81,9 +81,14 @@ def run_options(timeout_secs):
     return tf1.RunOptions(timeout_in_ms=max(1, int(timeout_secs * 1000)))
 
 
+def task_device(job, task):
+    """The device prefix of task `task` of `job` ('ps' or 'worker'), e.g. '/job:worker/task:1'."""
+    return f"/job:{job}/task:{task}"
+
+
 def ps_device(task):
     """The CPU of parameter server `task`."""
-    return f"/job:ps/task:{task}/device:CPU:0"
+    return f"{task_device('ps', task)}/device:CPU:0"
 
 
 def done_queue(ps_task):

@@ -21,6 +21,7 @@ from inception.distributed.connections import PROBE_INTERVAL_SECS
 from inception.distributed.connections import run_options
 from inception.distributed.connections import SHUTDOWN_TIMEOUT_SECS
 from inception.distributed.connections import start_server
+from inception.distributed.connections import task_device
 from inception.distributed.connections import unreachable_tasks
 from inception.distributed.watchdog import Watchdog
 from inception.loop import replica as replica_lib
@@ -54,7 +55,7 @@ class ClusterMember(replica_lib.Replica):
     @property
     def worker_device(self):
         """This worker's device prefix, e.g. '/job:worker/task:1'."""
-        return f"/job:worker/task:{self.settings.task_id}"
+        return task_device("worker", self.settings.task_id)
 
     def local_device(self, device):
         """`device` (e.g. '/cpu:0') on this worker: what is built there stays on it, even a

@@ -14,6 +14,7 @@ from inception.distributed.connections import PROBE_INTERVAL_SECS
 from inception.distributed.connections import ps_device
 from inception.distributed.connections import PS_SIGNAL_GRACE_SECS
 from inception.distributed.connections import start_server
+from inception.distributed.connections import task_device
 from inception.loop.stop_request import StopRequest
 
 tf1 = tf.compat.v1
@@ -36,7 +37,7 @@ def run_parameter_server(settings, log=print):
         queue = done_queue(settings.task_id)
         count = tf1.placeholder(tf.int32, [])
         waiting, take = queue.size(), queue.dequeue_many(count)
-    config = tf1.ConfigProto(device_filters=[f"/job:ps/task:{settings.task_id}"])
+    config = tf1.ConfigProto(device_filters=[task_device("ps", settings.task_id)])
     watch = _WorkerWatch(settings, time.time())
     signalled_at = None
     with tf1.Session(server.target, graph=graph, config=config) as session, \

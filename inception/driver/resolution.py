@@ -51,7 +51,9 @@ def resolve_run(settings, log=print):
     stored = stored_run(run_dir, newest)
     dataset = dataset_of_run(settings.data, stored, log)
     filled = settings_lib.fill_defaults(settings, dataset.defaults)
-    examples_per_epoch = dataset.num_examples(filled.data.subset, log)
+    counts = training_label_counts(filled, dataset, log)
+    examples_per_epoch = dataset.num_examples(
+        filled.data.subset, log, counted=None if counts is None else int(counts.sum()))
     per_update = examples_per_update(filled)
     seed = filled.data.seed
     if seed is None and filled.data.deterministic:
@@ -68,13 +70,24 @@ def resolve_run(settings, log=print):
                               checkpoint_io.step_of(newest) if newest else 0)
     shards = dataset.shards(resolved.data.subset)
     class_weights, sampling_weights = label_weights.resolve_weights(
-        resolved.optimization.class_weight, resolved.data.balanced_sampling, shards,
+        resolved.optimization.class_weight, resolved.data.balanced_sampling, counts,
         dataset.label_names, dataset.num_classes, log)
     return ResolvedRun(
         settings=resolved, dataset=dataset, placement=placement, shards=shards,
         examples_per_epoch=examples_per_epoch,
         make_initializer=pretrained_initializer_factory(settings.init, log),
         class_weights=class_weights, sampling_weights=sampling_weights)
+
+
+def training_label_counts(settings, dataset, log):
+    """The label counts of the split `settings` train on when --class_weight=balanced or
+    --balanced_sampling needs them, else None: one pass over the shards, which also gives the
+    number of records."""
+    if not label_weights.needs_counts(settings.optimization.class_weight,
+                                      settings.data.balanced_sampling):
+        return None
+    dataset.announce_count(settings.data.subset, "labels", log)
+    return label_weights.label_counts(dataset.shards(settings.data.subset), dataset.num_classes)
 
 
 def examples_per_update(settings):

@@ -78,20 +78,29 @@ class Dataset:
                             "`bin/bazel run //data:build_image_data` or pass the right --data_dir.")
         return paths
 
-    def num_examples(self, subset, log=None):
-        """Examples in `subset`: known for the standard sets, otherwise counted from the shards
-        (reading them once; `log` announces it, since it takes a while on a large set)."""
+    def num_examples(self, subset, log=None, counted=None):
+        """Examples in `subset`: known for the standard sets, else `counted` when the caller
+        has counted them already, otherwise counted from the shards (reading them once; `log`
+        announces it, since it takes a while on a large set)."""
         if subset in self.known_examples:
             return self.known_examples[subset]
-        shards = self.shards(subset)
-        if log is not None and len(shards) > 4:
-            log(f"counting the '{subset}' records in {len(shards)} shards of {self.shard_dir} "
-                "(pass --dataset=imagenet or flowers to skip this for those sets)...")
-        count = count_records(shards)
+        count = counted
+        if count is None:
+            self.announce_count(subset, "records", log)
+            count = count_records(self.shards(subset))
         if count == 0:
             raise DataError(f"the '{subset}' shards in {self.shard_dir} hold no records; rebuild "
                             "them or pass another --data_dir.")
         return count
+
+
+    def announce_count(self, subset, what, log):
+        """Says with `log` (when given) that `what` of `subset` are being counted, when its
+        shards are many enough for that to take a while."""
+        shards = self.shards(subset)
+        if log is not None and len(shards) > 4:
+            log(f"counting the '{subset}' {what} in {len(shards)} shards of {self.shard_dir} "
+                "(pass --dataset=imagenet or flowers to skip this for those sets)...")
 
 
 def count_records(paths):

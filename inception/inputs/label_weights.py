@@ -17,14 +17,27 @@ from inception.inputs.datasets import DataError
 BALANCED = "balanced"
 
 
+def needs_counts(class_weight, balanced_sampling):
+    """Whether --class_weight `class_weight` or --balanced_sampling needs the training split's
+    label counts."""
+    return class_weight == BALANCED or balanced_sampling
+
+
 def label_counts(shards, num_classes):
     """int64 [num_classes]: the records of each label in the TFRecord files `shards` (only the
-    labels are parsed)."""
+    labels are parsed), so their sum is the number of records; DataError for a label outside
+    0 .. num_classes - 1, which training could not use."""
     records = tf.data.TFRecordDataset(shards).map(resampling.record_label)
     counts = np.zeros(num_classes, np.int64)
     with tf.init_scope():  # eager, even when called while a graph is being built
         for batch in records.batch(4096):
-            counts += np.bincount(batch.numpy(), minlength=num_classes)[:num_classes]
+            labels = batch.numpy()
+            outside = labels[(labels < 0) | (labels >= num_classes)]
+            if outside.size:
+                raise DataError(f"a training record has the label {int(outside[0])}, outside "
+                                f"0 .. {num_classes - 1} for this data set's {num_classes} "
+                                "logits; rebuild the shards or pass the right --num_classes.")
+            counts += np.bincount(labels, minlength=num_classes)
     return counts
 
 
@@ -72,13 +85,12 @@ def weights_from_file(path, label_names, num_classes):
     return tuple(weights)
 
 
-def resolve_weights(class_weight, balanced_sampling, shards, label_names, num_classes,
+def resolve_weights(class_weight, balanced_sampling, counts, label_names, num_classes,
                     log=print):
     """(the loss's class weights of --class_weight `class_weight`, or None: all 1; the input's
-    sampling weights with `balanced_sampling`, or None), each logged in one line; the
-    training split's labels are counted once, when either needs them."""
-    counts = (label_counts(shards, num_classes)
-              if class_weight == BALANCED or balanced_sampling else None)
+    sampling weights with `balanced_sampling`, or None), each logged in one line. `counts`:
+    the training split's label_counts, counted once by the caller when needs_counts says so
+    (else None)."""
     present = f"{int((counts > 0).sum())} classes of the training split" \
         if counts is not None else ""
     class_weights = sampling_weights = None

@@ -34,7 +34,8 @@ class BalancedTest(unittest.TestCase):
     def test_the_weights_are_scikit_learns_balanced_formula(self):
         shards = write_label_shards(testing_utils.temp_dir("labels"), LABELS)
         lines = []
-        weights, sampling = label_weights.resolve_weights("balanced", False, shards, (),
+        counts = label_weights.label_counts(shards, NUM_CLASSES)
+        weights, sampling = label_weights.resolve_weights("balanced", False, counts, (),
                                                           NUM_CLASSES, log=lines.append)
         self.assertIsNone(sampling)
         self.assertEqual(lines, [f"class weights (balanced over 3 classes of the training "
@@ -50,7 +51,8 @@ class BalancedTest(unittest.TestCase):
 
     def test_balanced_sampling_draws_each_record_by_the_same_formula(self):
         shards = write_label_shards(testing_utils.temp_dir("labels"), LABELS)
-        weights, sampling = label_weights.resolve_weights("", True, shards, (), NUM_CLASSES,
+        counts = label_weights.label_counts(shards, NUM_CLASSES)
+        weights, sampling = label_weights.resolve_weights("", True, counts, (), NUM_CLASSES,
                                                           log=lambda line: None)
         self.assertIsNone(weights)
         y = np.array(LABELS)
@@ -59,6 +61,16 @@ class BalancedTest(unittest.TestCase):
         for label in range(NUM_CLASSES):
             # the same float64 formula as above, written out here
             self.assertAlmostEqual(sampling[label], expected.get(label, 1.0), places=12)
+
+
+    def test_the_counts_sum_to_the_records_and_a_label_out_of_range_is_one_line(self):
+        shards = write_label_shards(testing_utils.temp_dir("labels"), LABELS)
+        counts = label_weights.label_counts(shards, NUM_CLASSES)
+        self.assertEqual(counts.tolist(), np.bincount(LABELS, minlength=NUM_CLASSES).tolist())
+        self.assertEqual(int(counts.sum()), len(LABELS))
+        with self.assertRaisesRegex(DataError, r"a training record has the label 3, outside "
+                                               r"0 \.\. 2 .* pass the right --num_classes\."):
+            label_weights.label_counts(shards, 3)  # labels 1-3 written: 3 has no logit
 
 
 class FileTest(unittest.TestCase):

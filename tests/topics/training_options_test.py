@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import unittest
+from unittest import mock
 
 import numpy as np
 import tensorflow as tf
@@ -19,6 +20,7 @@ from inception.config import rules
 from inception.config import settings as settings_lib
 from inception.driver import launch
 from inception.driver import resolution
+from inception.inputs import datasets
 from inception.model import network
 from inception.parallel import clipping
 from inception.parallel import gradients as gradients_lib
@@ -132,6 +134,16 @@ class ClassWeightTest(unittest.TestCase):
         self.assertTrue(any(line.startswith("balanced sampling over 5 classes of the training "
                                             "split: each record drawn") for line in lines),
                         lines)
+
+    def test_the_label_count_also_gives_the_epochs_length_in_one_pass(self):
+        settings = settings_lib.train_settings(**dict(
+            TINY, train_dir=testing_utils.temp_dir("one_pass"), data_dir=DATA_DIR,
+            num_epochs=1.0, balanced_sampling=True))
+        with mock.patch.object(datasets, "count_records",
+                               side_effect=AssertionError("the shards were read twice")):
+            run = resolution.resolve_run(settings, log=lambda line: None)
+        self.assertEqual(run.examples_per_epoch, TRAIN_EXAMPLES)
+        self.assertEqual(run.settings.loop.max_steps, math.ceil(TRAIN_EXAMPLES / 4))
 
 
 class ClippingTest(unittest.TestCase):

@@ -86,8 +86,9 @@ def training_label_counts(settings, dataset, log):
     if not label_weights.needs_counts(settings.optimization.class_weight,
                                       settings.data.balanced_sampling):
         return None
-    dataset.announce_count(settings.data.subset, "labels", log)
-    return label_weights.label_counts(dataset.shards(settings.data.subset), dataset.num_classes)
+    shards = dataset.shards(settings.data.subset)
+    datasets.announce_count(shards, f"the '{settings.data.subset}' labels", log)
+    return label_weights.label_counts(shards, dataset.num_classes)
 
 
 def examples_per_update(settings):

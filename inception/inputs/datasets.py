@@ -86,21 +86,22 @@ class Dataset:
             return self.known_examples[subset]
         count = counted
         if count is None:
-            self.announce_count(subset, "records", log)
-            count = count_records(self.shards(subset))
+            shards = self.shards(subset)
+            announce_count(shards, f"the '{subset}' records", log, " (pass --dataset=imagenet "
+                           "or flowers to skip this for those sets)")
+            count = count_records(shards)
         if count == 0:
             raise DataError(f"the '{subset}' shards in {self.shard_dir} hold no records; rebuild "
                             "them or pass another --data_dir.")
         return count
 
 
-    def announce_count(self, subset, what, log):
-        """Says with `log` (when given) that `what` of `subset` are being counted, when its
-        shards are many enough for that to take a while."""
-        shards = self.shards(subset)
-        if log is not None and len(shards) > 4:
-            log(f"counting the '{subset}' {what} in {len(shards)} shards of {self.shard_dir} "
-                "(pass --dataset=imagenet or flowers to skip this for those sets)...")
+def announce_count(shards, what, log, hint=""):
+    """Says with `log` (when given) that `what` is being counted in the files `shards`, when
+    they are many enough for that to take a while; `hint`: how to skip it, where there is a
+    way."""
+    if log is not None and len(shards) > 4:
+        log(f"counting {what} in {len(shards)} shards of {os.path.dirname(shards[0])}{hint}...")
 
 
 def count_records(paths):

@@ -15,7 +15,12 @@ from common import signals
 class UserError(Exception):
     """A mistake the user can fix (a flag, a file, the data, the machine, a run that diverged):
     the entry points print its message as one line. Every error class meant for users derives
-    from it, and nothing else is caught there, so a bug stays a traceback."""
+    from it, and nothing else is caught there, so a bug stays a traceback.
+
+    `retryable`: starting the same command again may get past it (a task of a cluster was
+    lost); training then exits with its restart code, so that a scheduler restarts it.
+    """
+    retryable = False
 
 
 def quiet_tensorflow():

@@ -1,5 +1,6 @@
 """SIGINT and SIGTERM in every phase of a command: one line, the documented exit status (130 /
-143), and a second signal always stops at once.
+143, or the status a command chose for a signal: `set_exit_status`), and a second signal always
+stops at once.
 
 `handle_signals()`, called first by every entry point, makes the first signal raise
 `Interrupted` in the main thread wherever it is (importing TensorFlow, building a graph,
@@ -20,6 +21,20 @@ import sys
 import threading
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# {signal number: exit status} where a command chose another status than 128 + the number.
+_EXIT_STATUS = {}
+
+
+def set_exit_status(signal_number, status):
+    """Makes a stop by `signal_number` end this process with `status` instead of 128 + the
+    number, in every phase (training: SIGTERM is a preemption, --restart_exit_code)."""
+    _EXIT_STATUS[signal_number] = status
+
+
+def exit_status(signal_number):
+    """The exit status of a stop by `signal_number`: 128 + it (130 for SIGINT, 143 for
+    SIGTERM) unless set_exit_status chose another."""
+    return _EXIT_STATUS.get(signal_number, 128 + signal_number)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -32,8 +47,8 @@ class Interrupted(KeyboardInterrupt):
 
     @property
     def exit_status(self):
-        """130 for SIGINT, 143 for SIGTERM."""
-        return 128 + self.signal_number
+        """130 for SIGINT, 143 for SIGTERM (or what set_exit_status chose)."""
+        return exit_status(self.signal_number)
 
 
 class _Watcher:
@@ -93,12 +108,12 @@ def handle_signals():
 
 
 def stop_at_once(number, next_step="rerun the same command to go on"):
-    """The second signal's end: one line, then exit 128 + `number` at once. Safe inside a
+    """The second signal's end: one line, then exit_status(`number`) at once. Safe inside a
     signal handler (os.write and os._exit; print and sys.exit are not, and sys.exit would wait
     for a TensorFlow call under way)."""
     os.write(2, f"{signal.Signals(number).name} received again: stopping at once; files already "
                 f"written stay valid ({next_step}).\n".encode())
-    os._exit(128 + number)  # pylint: disable=protected-access
+    os._exit(exit_status(number))  # pylint: disable=protected-access
 
 
 def raise_interrupted(number, frame):

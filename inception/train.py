@@ -21,6 +21,7 @@ from absl import app
 from absl import flags
 
 from common import cli
+from common import signals
 from inception.config import cluster as cluster_lib
 from inception.config import commands
 from inception.config import flag_table
@@ -81,31 +82,47 @@ def print_next_steps(train_dir, result):
 
 
 def exit_now(message):
-    """Last resort when TensorFlow hangs past its own timeout: one line, then exit at once (a
-    normal exit would wait for the stuck call)."""
+    """Last resort when TensorFlow hangs past its own timeout (a task of the cluster is gone
+    or stuck): one line, then exit at once with the restart code (a normal exit would wait for
+    the stuck call)."""
     print(f"error: {message}", file=sys.stderr, flush=True)
-    os._exit(1)  # pylint: disable=protected-access
+    os._exit(signals.exit_status(signal.SIGTERM))  # pylint: disable=protected-access
+
+
+def fail(error):
+    """Ends the process with `error`'s one line: the restart code for an error a restart may
+    get past (a lost task), else 1."""
+    cli.fail(error, code=signals.exit_status(signal.SIGTERM) if error.retryable else 1)
 
 
 def serve_parameters(cluster):
-    """The parameter-server task: serves variables until every worker is done."""
+    """The parameter-server task: serves variables until every worker is done; exits with the
+    status of the signal that stopped the cluster, if one did."""
     from inception import distributed  # pylint: disable=import-outside-toplevel
     try:
         signal_number = distributed.run_parameter_server(cluster, log=cli.log)
     except distributed.ClusterError as error:
-        cli.fail(error)
+        fail(error)
     if signal_number is not None:
-        raise SystemExit(128 + signal_number)
+        raise SystemExit(signals.exit_status(signal_number))
 
 
 def report_worker_end(settings, result):
-    """What a worker of a cluster prints at its end (the chief also where the files are)."""
+    """What a worker of a cluster prints at its end (the chief also where the files are); a
+    worker that another task's signal stopped exits as that task does."""
     if settings.is_chief:
         print_next_steps(settings.train_dir, result)
     if result.stopped_by_peer and result.stopped_by_signal is None and not result.stopped_early:
         saved = f"; the chief saved {result.checkpoint}" if settings.is_chief else ""
+        if result.peer_signal is None:
+            cli.fail(f"training stopped at step {result.step} because another task of the "
+                     f"cluster stopped (see its log){saved}; start every task again to resume.")
+        status = signals.exit_status(result.peer_signal)
+        why = (f"got {signal.Signals(result.peer_signal).name}"
+               + (" (a preemption)" if result.peer_signal == signal.SIGTERM else ""))
         cli.fail(f"training stopped at step {result.step} because another task of the cluster "
-                 f"stopped (see its log){saved}; start every task again to resume.")
+                 f"{why}{saved}; exit status {status}: start every task again to resume.",
+                 code=status)
     early = (" (the chief's validation stopped the run early: see its log)"
              if result.stopped_early and not settings.is_chief else "")
     cli.log(f"worker {settings.cluster.task_id} done at step {result.step}{early}.")
@@ -117,6 +134,10 @@ def checked_settings():
     before TensorFlow loads."""
     try:
         cluster = cluster_from_flags()
+        restart_code = flag_table.values_of(FLAGS, cluster_lib.ClusterSettings)[
+            "restart_exit_code"]
+        cluster_lib.check_restart_exit_code(restart_code)
+        signals.set_exit_status(signal.SIGTERM, restart_code)  # a preemption, in every phase
         if cluster is not None and cluster.job_name == "ps":
             return None, cluster, None
         range_settings = commands.RangeTestSettings(
@@ -134,7 +155,7 @@ def train(settings):
     try:
         return launch.train(settings, log=cli.log, on_stuck=exit_now)
     except cli.UserError as error:
-        cli.fail(error)
+        fail(error)
     except startup.file_errors() as error:
         cli.fail(f"training stopped by a file-system error: {error_lines.file_error_cause(error)}; "
                  "fix the directory (space, permissions), then rerun the same command to "
@@ -185,7 +206,7 @@ def main(argv):
     if result.stopped_by_signal is not None:
         cli.log(f"stopped by {signal.Signals(result.stopped_by_signal).name} at step "
                 f"{result.step}; run the same command to resume.")
-        raise SystemExit(128 + result.stopped_by_signal)
+        raise SystemExit(signals.exit_status(result.stopped_by_signal))
 
 
 if __name__ == "__main__":

@@ -16,6 +16,14 @@ import json
 from common import cli
 
 JOBS = ("ps", "worker")
+# The exit status that asks a scheduler to start the run again (a preemption, a lost task):
+# Kubeflow's training operator reserves 138 (128 + SIGUSR1) for retryable user errors in its
+# ExitCode restart policy, which takes 1-127 as permanent failures; a Kubernetes Job's
+# podFailurePolicy (JobSet too) and a Slurm script can be told any code. TensorFlow's own
+# preemption handler exits 42, which that policy would take as permanent.
+DEFAULT_RESTART_EXIT_CODE = 138
+# Exit statuses that already mean something else (cli.fail, the flags parser, Ctrl-C).
+TAKEN_EXIT_CODES = {0: "success", 1: "an error", 2: "a bad flag", 130: "Ctrl-C"}
 
 
 class ClusterConfigError(cli.UserError):
@@ -30,6 +38,8 @@ class ClusterSettings:
       worker). With the default every update waits for, and averages, exactly one gradient of
       every worker; with fewer, an update takes the first gradients to arrive (a fast worker
       may supply several) and the late ones are dropped as stale.
+    restart_exit_code: the exit status of every task when the cluster stops to be started
+      again (a task got SIGTERM, or one was lost); check_restart_exit_code says which work.
     """
     job_name: str
     task_id: int
@@ -38,6 +48,7 @@ class ClusterSettings:
     num_replicas_to_aggregate: int = None
     startup_timeout_secs: float = 600.0
     step_timeout_secs: float = 600.0
+    restart_exit_code: int = DEFAULT_RESTART_EXIT_CODE
 
     @property
     def num_workers(self):
@@ -126,7 +137,18 @@ class ClusterSettings:
         if self.startup_timeout_secs <= 0 or self.step_timeout_secs <= 0:
             raise ClusterConfigError("--startup_timeout_secs and --step_timeout_secs must be "
                                      "positive.")
+        check_restart_exit_code(self.restart_exit_code)
         return self
+
+
+def check_restart_exit_code(code):
+    """Raises ClusterConfigError unless `code` can mean "start me again": 3 to 255, and not a
+    status that already means something else (TAKEN_EXIT_CODES)."""
+    if not 3 <= code <= 255 or code in TAKEN_EXIT_CODES:
+        taken = ", ".join(f"{value} ({meaning})" for value, meaning in TAKEN_EXIT_CODES.items())
+        raise ClusterConfigError(
+            f"--restart_exit_code={code}: use 3 to 255 but none of {taken}; the default "
+            f"{DEFAULT_RESTART_EXIT_CODE} is the one Kubeflow's ExitCode policy retries.")
 
 
 # How a message names a setting that came from TF_CONFIG (a worker index counts the chief).
@@ -137,7 +159,8 @@ TF_CONFIG_NAMES = {"job_name": "TF_CONFIG's task type", "task_id": "TF_CONFIG's 
 
 def cluster_settings(job_name, task_id, ps_hosts, worker_hosts, num_replicas_to_aggregate=None,
                      startup_timeout_secs=ClusterSettings.startup_timeout_secs,
-                     step_timeout_secs=ClusterSettings.step_timeout_secs, tf_config=""):
+                     step_timeout_secs=ClusterSettings.step_timeout_secs,
+                     restart_exit_code=DEFAULT_RESTART_EXIT_CODE, tf_config=""):
     """Validated ClusterSettings, or None when neither a cluster flag nor `tf_config` (the
     TF_CONFIG environment variable's text) names a cluster: this machine alone.
 
@@ -165,7 +188,8 @@ def cluster_settings(job_name, task_id, ps_hosts, worker_hosts, num_replicas_to_
     if num_replicas_to_aggregate is not None and num_replicas_to_aggregate <= 0:
         num_replicas_to_aggregate = None
     return ClusterSettings(job_name, task_id, ps_hosts, worker_hosts, num_replicas_to_aggregate,
-                           startup_timeout_secs, step_timeout_secs).validate(frozenset(taken))
+                           startup_timeout_secs, step_timeout_secs,
+                           restart_exit_code).validate(frozenset(taken))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -243,6 +243,10 @@ CLUSTER_HELP = {
     "step_timeout_secs":
         "Longest a worker waits for one synchronous step "
         "before it stops with an error naming the tasks that do not answer.",
+    "restart_exit_code":
+        "Exit status that asks a scheduler to start the run again: of a run stopped by "
+        "SIGTERM (a preemption), and on a cluster of every task when any task got SIGTERM or "
+        "one was lost (138: what Kubeflow's ExitCode restart policy retries).",
 }
 
 EVAL_HELP = {

@@ -6,9 +6,11 @@ runtime over gRPC, with the chief (worker 0) as the group leader.
 What the workers must agree on, they agree on through collectives of their own:
 - the start: the chief initializes or restores the model and broadcasts every saved variable;
   the others receive them, then fill their towers' copies (all_reduce.broadcast_variables);
-- every step: one small all-reduce sums each worker's vote to stop (a signal, or the chief's
-  early stopping) and its count of towers whose loss is not finite, so that every worker stops
-  after the same step, and a divergence on one worker stops them all;
+- every step: one small all-reduce sums each worker's votes to stop (one count per reason:
+  SIGINT, SIGTERM, the chief's early stopping) and its count of towers whose loss is not
+  finite, so that every worker stops after the same step knowing why (a SIGTERM anywhere is a
+  preemption: every task exits with the restart code), and a divergence on one worker stops
+  them all;
 - a lost worker: the collectives of the others fail within a second (gRPC fail-fast; measured
   0.1 s on loopback), a stuck one after --step_timeout_secs (the session's operation timeout).
 
@@ -18,6 +20,7 @@ this: a tower's all-reduce left out of the fetches hung the whole group).
 """
 
 import math
+import signal
 import time
 
 import tensorflow as tf
@@ -26,6 +29,7 @@ from common import cli
 from inception.distributed.connections import ClusterError
 from inception.distributed.connections import run_options
 from inception.distributed.connections import SHUTDOWN_TIMEOUT_SECS
+from inception.distributed.connections import TaskLostError
 from inception.distributed.member import ClusterMember
 from inception.loop import guards
 from inception.loop import replica as replica_lib
@@ -35,8 +39,8 @@ from inception.parallel import copies as copies_lib
 from inception.parallel.devices import HOST_DEVICE
 
 tf1 = tf.compat.v1
-# A vote to stop that is early stopping; a signal votes 1, so the sum over the workers tells.
-EARLY_STOP_VOTE = 4096.0
+# The reasons to stop a worker votes for, in the order of its vote's counts.
+STOP_REASONS = (signal.SIGINT, signal.SIGTERM, "early")
 
 CHIEF_DEVICE = "/job:worker/replica:0/task:0"
 
@@ -61,7 +65,7 @@ class CollectiveWorker(ClusterMember):
 
     def __init__(self, settings, server_config, log=print, on_stuck=None):
         super().__init__(settings, collective_config(server_config), log, on_stuck)
-        self._vote = 0.0  # 1.0 once this task wants to stop: sent with the next step
+        self._vote = [0.0] * len(STOP_REASONS)  # once this task wants to stop: sent next step
         self._stop_agreed = False
         self._train_graph = None
 
@@ -83,13 +87,14 @@ class CollectiveWorker(ClusterMember):
             "global_step": train_graph.global_step,
         }
         with tf.device(device), tf.name_scope("cluster_vote"):
-            self._vote_input = tf1.placeholder_with_default(0.0, [], name="stop")
+            self._vote_input = tf1.placeholder_with_default(
+                tf.zeros([len(STOP_REASONS)]), [len(STOP_REASONS)], name="stop")
             self._votes = []
             for ops in train_graph.stages:
                 losses = tf.stack(ops.tower_losses)
                 not_finite = tf.reduce_sum(tf.cast(~tf.math.is_finite(losses), tf.float32))
                 self._votes.append(all_reduce.sum_over_workers(
-                    tf.stack([self._vote_input, not_finite]), device, workers, keys))
+                    tf.concat([self._vote_input, [not_finite]], 0), device, workers, keys))
 
     def open_session(self, graph, session_config):
         """A session on this worker's server, once every other worker's port answers (bounded
@@ -102,7 +107,7 @@ class CollectiveWorker(ClusterMember):
         return self._closing(tf1.Session(self._server.target, graph=graph, config=config))
 
     def _workers_late(self, missing):
-        return ClusterError(
+        return TaskLostError(
             f"{', '.join(missing)} did not come up within {self.settings.startup_timeout_secs:g}"
             " s; start every worker with the same --worker_hosts or raise "
             "--startup_timeout_secs.")
@@ -139,40 +144,43 @@ class CollectiveWorker(ClusterMember):
         except tf.errors.OpError as error:
             raise self.explain(error, "at start-up") from None
 
-    def agree_to_stop(self, signalled, early):
+    def agree_to_stop(self, signal_number, early):
         """True once every worker has agreed to stop; a task that wants to stop first runs one
-        more step, which tells the others (and whether it is early stopping)."""
-        if (signalled or early) and not self._stop_agreed:
-            self._vote = EARLY_STOP_VOTE if early else 1.0
+        more step, which tells the others (and why: which signal, or early stopping)."""
+        reason = signal_number if signal_number is not None else ("early" if early else None)
+        if reason is not None and not self._stop_agreed:
+            self._vote = [float(reason == known) for known in STOP_REASONS]
         return self._stop_agreed
 
     def run_step(self, session, fetches, step):
         """One step of every worker; returns (fetched values, step + 1).
 
-        Raises replica_lib.PeerStopped when another worker asked to stop after this step,
-        guards.Diverged when another worker's tower loss was not finite, and ClusterError
-        when a worker is lost or the step does not end within step_timeout_secs.
+        Raises replica_lib.PeerStopped when another worker asked to stop after this step
+        (with the signal that stopped it: a SIGTERM anywhere wins), guards.Diverged when
+        another worker's tower loss was not finite, and TaskLostError when a worker is lost or
+        the step does not end within step_timeout_secs.
         """
         timeout = self.settings.step_timeout_secs
         votes = self._votes[self._train_graph.plan.stage_index_at(step)]
         where = f"after step {step}"
         try:
             with self._watchdog.around(timeout, f"the step after step {step}"):
-                out, (stops, not_finite) = session.run(
+                out, counts = session.run(
                     (fetches, votes), feed_dict={self._vote_input: self._vote},
                     options=run_options(timeout))
         except tf.errors.OpError as error:
             raise self.explain(error, where, timeout) from None
         step += 1
+        *stops, not_finite = counts
         own = sum(1 for value in out["losses"] if not math.isfinite(float(value)))
         if not_finite > own:
             raise guards.Diverged(step, cause=(
                 f"loss is not finite at step {step} on another worker of the cluster "
                 f"({int(not_finite - own)} tower(s); see its log)"))
-        if stops > 0:
+        if any(stops):
             self._stop_agreed = True
-            if not self._vote:
-                raise replica_lib.PeerStopped(step, early=stops >= EARLY_STOP_VOTE)
+            if not any(self._vote):
+                raise _peer_stopped(step, dict(zip(STOP_REASONS, stops)))
         return out, step
 
     def before_save(self, session):
@@ -183,3 +191,12 @@ class CollectiveWorker(ClusterMember):
         """Nothing to release: a worker still waiting in a collective for this one fails at
         once when this process ends."""
         del session
+
+
+def _peer_stopped(step, stops):
+    """PeerStopped for the summed votes `stops` ({reason: count}): a SIGTERM anywhere makes it
+    a preemption, then a SIGINT; early stopping only when no signal came."""
+    for reason in (signal.SIGTERM, signal.SIGINT):
+        if stops[reason]:
+            return replica_lib.PeerStopped(step, signal_number=reason)
+    return replica_lib.PeerStopped(step, early=bool(stops["early"]))

@@ -2,6 +2,7 @@
 other tasks, this task's server, and the queue through which workers say they are done."""
 
 import os
+import signal
 import socket
 import time
 
@@ -27,13 +28,22 @@ CONNECTION_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError,
                      tf.errors.CancelledError, tf.errors.DeadlineExceededError,
                      tf.errors.OutOfRangeError)
 DONE_QUEUE_NAME = "inception_workers_done"
-# Lines of TensorFlow error messages that say where, not what.
+# Flags on parameter server 0 (each a variable, set once it is initialized), the same in every
+# graph that names them: the chief's model is ready, and why training stopped (the chief's
+# early stopping, or a signal to a task: SIGTERM is a preemption).
 READY_FLAG_NAME = "inception_model_ready"
-EARLY_STOP_FLAG_NAME = "inception_stopped_early"
+STOP_FLAG_NAMES = {"early": "inception_stopped_early", signal.SIGINT: "inception_interrupted",
+                   signal.SIGTERM: "inception_preempted"}
 
 
 class ClusterError(cli.UserError):
     """A task of the cluster failed, vanished or did not answer in time; one line for the user."""
+
+
+class TaskLostError(ClusterError):
+    """A task died, stopped answering or did not come up in time: starting every task again
+    (from the last checkpoint) is the way on, so the task exits with the restart code."""
+    retryable = True
 
 
 def is_reachable(address, timeout=PROBE_CONNECT_TIMEOUT_SECS):
@@ -91,9 +101,52 @@ def ps_device(task):
     return f"{task_device('ps', task)}/device:CPU:0"
 
 
+def ps_flag(name):
+    """(is_set, set_op) of the flag `name` on parameter server 0: a bool scalar and the op
+    that sets it, for good."""
+    with tf.device(ps_device(0)):
+        flag = tf1.Variable(True, trainable=False, collections=[], name=name)
+        is_set = tf1.is_variable_initialized(flag)
+        is_set.mark_used()  # not every task reads every flag
+        return is_set, flag.initializer
+
+
+def stop_flags():
+    """({reason: is_set}, {reason: set_op}) of the STOP_FLAG_NAMES flags."""
+    flags = {reason: ps_flag(name) for reason, name in STOP_FLAG_NAMES.items()}
+    return ({reason: is_set for reason, (is_set, _) in flags.items()},
+            {reason: set_op for reason, (_, set_op) in flags.items()})
+
+
+def signal_of(flags_set):
+    """The signal the stop flags say ended training ({reason: bool}, as fetched): SIGTERM
+    before SIGINT, None when neither is set."""
+    for reason in (signal.SIGTERM, signal.SIGINT):
+        if flags_set.get(reason):
+            return reason
+    return None
+
+
+# Why a worker ended, as it tells the parameter servers (done_message): None for the end of
+# training or an error, else what set its stop flag.
+DONE_REASONS = (None, "early", signal.SIGINT, signal.SIGTERM)
+_DONE_TASKS = 1 << 16  # a done message is reason index * _DONE_TASKS + task id
+
+
+def done_message(task_id, reason):
+    """What worker `task_id` puts into the done queues when it ends for `reason` (one of
+    DONE_REASONS)."""
+    return DONE_REASONS.index(reason) * _DONE_TASKS + task_id
+
+
+def read_done_message(message):
+    """(task id, reason) of a done_message."""
+    return message % _DONE_TASKS, DONE_REASONS[message // _DONE_TASKS]
+
+
 def done_queue(ps_task):
-    """The queue on parameter server `ps_task` into which each worker puts its task id when it
-    ends; the same shared queue whichever graph (a worker's or the server's own) defines it.
+    """The queue on parameter server `ps_task` into which each worker puts a done_message when
+    it ends; the same shared queue whichever graph (a worker's or the server's own) defines it.
     Build it, and the ops that use it, under tf.device(ps_device(ps_task))."""
     return tf1.FIFOQueue(-1, tf.int32, shapes=(), shared_name=DONE_QUEUE_NAME,
                          name=f"{DONE_QUEUE_NAME}_{ps_task}")

@@ -14,13 +14,13 @@ import tensorflow as tf
 from common import cli
 from common import error_lines
 from inception.config.cluster import ClusterConfigError
-from inception.distributed.connections import ClusterError
 from inception.distributed.connections import is_reachable
 from inception.distributed.connections import LOST_TASK_SETTLE_SECS
 from inception.distributed.connections import PROBE_INTERVAL_SECS
 from inception.distributed.connections import run_options
 from inception.distributed.connections import SHUTDOWN_TIMEOUT_SECS
 from inception.distributed.connections import start_server
+from inception.distributed.connections import TaskLostError
 from inception.distributed.connections import task_device
 from inception.distributed.connections import unreachable_tasks
 from inception.distributed.watchdog import Watchdog
@@ -73,7 +73,7 @@ class ClusterMember(replica_lib.Replica):
 
     def _wait_for_tasks(self, job, deadline, late):
         """Waits until every other task of `job` accepts connections; raises late() (a
-        ClusterError) after `deadline`. Probing the ports first keeps TensorFlow from logging
+        TaskLostError) after `deadline`. Probing the ports first keeps TensorFlow from logging
         every failed attempt to reach them."""
         def absent():
             return [f"{job} {task} at {address}"
@@ -90,7 +90,7 @@ class ClusterMember(replica_lib.Replica):
             missing = absent()
 
     def explain(self, error, where, timeout=None):
-        """A ClusterError for a TensorFlow error of this worker's session: which tasks do not
+        """A TaskLostError for a TensorFlow error of this worker's session: which tasks do not
         answer, and what to do."""
         prefix = f"worker {self.settings.task_id} {where}"
         timed_out = isinstance(error, tf.errors.DeadlineExceededError)
@@ -100,9 +100,9 @@ class ClusterMember(replica_lib.Replica):
                    "last checkpoint.")
         if timed_out:
             waited = f" within {timeout:g} s" if timeout else " in time"
-            return ClusterError(f"{prefix}: no synchronous update{waited}{down}. A worker is "
+            return TaskLostError(f"{prefix}: no synchronous update{waited}{down}. A worker is "
                                 f"missing, stuck, or slower than --step_timeout_secs. {restart}")
-        return ClusterError(f"{prefix}: lost contact with the cluster "
+        return TaskLostError(f"{prefix}: lost contact with the cluster "
                             f"({error_lines.cause_of(error)}){down}. {restart}")
 
     def _run(self, name, session, timeout_secs, where):
@@ -112,9 +112,10 @@ class ClusterMember(replica_lib.Replica):
         except tf.errors.OpError as error:
             raise self.explain(error, where, timeout_secs) from None
 
-    def _try_run(self, name, session):
+    def _try_run(self, name, session, feed_dict=None):
         try:
-            with self._watchdog.around(SHUTDOWN_TIMEOUT_SECS, name):
-                return session.run(self._ops[name], options=run_options(SHUTDOWN_TIMEOUT_SECS))
+            with self._watchdog.around(SHUTDOWN_TIMEOUT_SECS, str(name)):
+                return session.run(self._ops[name], feed_dict,
+                                   options=run_options(SHUTDOWN_TIMEOUT_SECS))
         except tf.errors.OpError:
             return None

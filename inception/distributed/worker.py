@@ -22,13 +22,17 @@ from common import cli
 from common import error_lines
 from inception.distributed.connections import ClusterError
 from inception.distributed.connections import CONNECTION_ERRORS
+from inception.distributed.connections import done_message
 from inception.distributed.connections import done_queue
-from inception.distributed.connections import EARLY_STOP_FLAG_NAME
 from inception.distributed.connections import PROBE_INTERVAL_SECS
 from inception.distributed.connections import ps_device
+from inception.distributed.connections import ps_flag
 from inception.distributed.connections import READY_FLAG_NAME
 from inception.distributed.connections import run_options
 from inception.distributed.connections import SHUTDOWN_TIMEOUT_SECS
+from inception.distributed.connections import signal_of
+from inception.distributed.connections import stop_flags
+from inception.distributed.connections import TaskLostError
 from inception.distributed.connections import unreachable_tasks
 from inception.distributed.member import ClusterMember
 from inception.loop import guards
@@ -59,7 +63,7 @@ class ClusterWorker(ClusterMember):
         self._sync_optimizer = None
         self._steps_run = 0
         self._update_failures = []
-        self._stopping_early = False
+        self._stop_reason = None  # a signal number or "early", once this worker stops
 
     def device_scope(self):
         """Variables on the parameter servers (round robin), every other op on this worker."""
@@ -99,22 +103,16 @@ class ClusterWorker(ClusterMember):
         with tf.device(train_graph.global_step.device):
             self._ops["close_tokens"] = tokens.close()
             self._ops["tokens_closed"] = tokens.is_closed()
-        with tf.device(ps_device(0)):
-            ready_flag = tf1.Variable(True, trainable=False, collections=[],
-                                      name=READY_FLAG_NAME)
-            self._ops["is_ready"] = tf1.is_variable_initialized(ready_flag)
-            self._ops["is_ready"].mark_used()  # only non-chief workers run it
-            self._ops["set_ready"] = ready_flag.initializer
-            # Set (initialized) by the chief before it ends the others' steps by early stopping.
-            early_flag = tf1.Variable(True, trainable=False, collections=[],
-                                      name=EARLY_STOP_FLAG_NAME)
-            self._ops["stopped_early"] = tf1.is_variable_initialized(early_flag)
-            self._ops["stopped_early"].mark_used()
-            self._ops["set_stopped_early"] = early_flag.initializer
+        self._ops["is_ready"], self._ops["set_ready"] = ps_flag(READY_FLAG_NAME)
+        # Why training stops, set by the task that stops it before it ends the others' steps
+        # (a parameter server sets a signal's flag too); read with every step.
+        self._ops["stop_flags"], set_flags = stop_flags()
+        self._ops.update({("set", reason): op for reason, op in set_flags.items()})
         done, ping = [], []
+        self._done_message = tf1.placeholder(tf.int32, [], name="done_message")
         for task in range(len(self.settings.ps_hosts)):
             with tf.device(ps_device(task)):
-                done.append(done_queue(task).enqueue(self.settings.task_id))
+                done.append(done_queue(task).enqueue(self._done_message))
                 ping.append(tf.no_op())
         self._ops["done"] = tf.group(*done)
         self._ops["ping"] = tf.group(*ping)
@@ -146,7 +144,7 @@ class ClusterWorker(ClusterMember):
 
     def _parameter_servers_late(self, missing=None):
         del missing  # named below with every task that does not answer
-        return ClusterError(
+        return TaskLostError(
             f"the parameter servers did not answer within {self.settings.startup_timeout_secs:g}"
             f" s (not answering: {unreachable_tasks(self.settings) or 'none now'}); start them "
             "with the same --ps_hosts/--worker_hosts or raise --startup_timeout_secs.")
@@ -160,7 +158,7 @@ class ClusterWorker(ClusterMember):
         while not self._run("is_ready", session, PROBE_INTERVAL_SECS * 5,
                             "waiting for the chief"):
             if time.time() > deadline:
-                raise ClusterError(
+                raise TaskLostError(
                     f"the chief (worker 0 at {self.settings.worker_hosts[0]}) did not "
                     f"initialize the model within {self.settings.startup_timeout_secs:g} s; "
                     "start it (same --ps_hosts/--worker_hosts) or raise --startup_timeout_secs.")
@@ -200,8 +198,9 @@ class ClusterWorker(ClusterMember):
     def run_step(self, session, fetches, step):
         """One synchronous step; returns (fetched values, global step after the update).
 
-        Raises replica_lib.PeerStopped when another worker ended the training (it closed the
-        token queue), ClusterError when a task is lost or the update does not come in time.
+        Raises replica_lib.PeerStopped when another task ended the training (a worker closed
+        the token queue, or a signal's flag is set: with the reason it set), TaskLostError
+        when a task is lost or the update does not come in time.
         """
         timeout = self.settings.step_timeout_secs
         if self._steps_run == 0:
@@ -209,19 +208,25 @@ class ClusterWorker(ClusterMember):
         where = f"after step {step}"
         try:
             with self._watchdog.around(timeout, f"the step after step {step}"):
-                out = session.run(fetches, options=run_options(timeout))
+                out, flags_set = session.run((fetches, self._ops["stop_flags"]),
+                                             options=run_options(timeout))
         except tf.errors.OutOfRangeError as error:
             if self._update_failures:
                 raise self.explain(error, where) from None
             if self._try_run("tokens_closed", session):
+                flags_set = self._try_run("stop_flags", session) or {}
                 raise replica_lib.PeerStopped(
                     int(self._run("global_step", session, SHUTDOWN_TIMEOUT_SECS, where)),
-                    early=bool(self._try_run("stopped_early", session))) from None
+                    early=bool(flags_set.get("early")),
+                    signal_number=signal_of(flags_set)) from None
             raise
         except tf.errors.OpError as error:
             raise self.explain(error, where, timeout) from None
         self._steps_run += 1
-        return out, int(self._run("global_step", session, SHUTDOWN_TIMEOUT_SECS, where))
+        step = int(self._run("global_step", session, SHUTDOWN_TIMEOUT_SECS, where))
+        if signal_of(flags_set) is not None and self._stop_reason is None:
+            raise replica_lib.PeerStopped(step, signal_number=signal_of(flags_set))
+        return out, step
 
     def explain(self, error, where, timeout=None):
         """ClusterMember.explain, unless the chief's update failed: then that failure (the
@@ -242,20 +247,23 @@ class ClusterWorker(ClusterMember):
                 "No checkpoint was written, so the newest one in --train_dir is the last good "
                 "one; lower --initial_learning_rate or check the data.")
 
-    def agree_to_stop(self, signalled, early):
-        """At once: the chief's end releases the others (finish), telling them when it was
-        early stopping."""
-        self._stopping_early = self._stopping_early or (early and not signalled)
-        return signalled or early
+    def agree_to_stop(self, signal_number, early):
+        """At once: this worker's end releases the others (finish), telling them why (a
+        signal, or the chief's early stopping)."""
+        if self._stop_reason is None:
+            self._stop_reason = signal_number if signal_number is not None else (
+                "early" if early else None)
+        return signal_number is not None or early
 
     def finish(self, session):
-        """Releases the other workers (closes the token queue; first marking early stopping),
-        then tells every parameter server this worker is done. Best effort: a lost task is not
-        an error here."""
-        if self._stopping_early:
-            self._try_run("set_stopped_early", session)
+        """Releases the other workers (closes the token queue; first setting the flag of why
+        it stops), then tells every parameter server this worker is done. Best effort: a lost
+        task is not an error here."""
+        if self._stop_reason is not None:
+            self._try_run(("set", self._stop_reason), session)
         self._try_run("close_tokens", session)
-        self._try_run("done", session)
+        self._try_run("done", session, {self._done_message: done_message(
+            self.settings.task_id, self._stop_reason)})
 
 
 def _all_finite(variables):

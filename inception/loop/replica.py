@@ -11,12 +11,14 @@ tf1 = tf.compat.v1
 class PeerStopped(Exception):
     """Raised by `Replica.run_step` when the cluster's training ended; `step` is the global step
     it ended at (another task stopped it, or max_steps was reached); `early`: the chief's early
-    stopping ended it (nothing went wrong)."""
+    stopping ended it (nothing went wrong); `signal_number`: a signal to another task ended it
+    (SIGTERM: a preemption, so every task exits with the restart code), None otherwise."""
 
-    def __init__(self, step, early=False):
+    def __init__(self, step, early=False, signal_number=None):
         super().__init__(f"training ended by another task at step {step}")
         self.step = step
         self.early = early
+        self.signal_number = signal_number
 
 
 class Replica:
@@ -53,11 +55,12 @@ class Replica:
         """Runs one training step; returns (fetched values, the step reached)."""
         return session.run(fetches), step + 1
 
-    def agree_to_stop(self, signalled, early):
-        """Whether the loop stops before its next step, where this task wants to (`signalled`,
-        or `early` stopping by validation): at once here; a replica whose peers must stop at
-        the same step may ask for one more step first (distributed/collective.py)."""
-        return signalled or early
+    def agree_to_stop(self, signal_number, early):
+        """Whether the loop stops before its next step, where this task wants to (a signal
+        `signal_number` arrived, or `early` stopping by validation): at once here; a replica
+        whose peers must stop at the same step may ask for one more step first
+        (distributed/collective.py)."""
+        return signal_number is not None or early
 
     def before_save(self, session):
         """Runs before each checkpoint (may raise to refuse it)."""

@@ -34,7 +34,8 @@ tf1 = tf.compat.v1
 class TrainResult:
     """How a run ended: its last step, last checkpoint, and the signal that stopped it if any.
 
-    stopped_by_peer: another task of a cluster ended the run before max_steps (distributed).
+    stopped_by_peer: another task of a cluster ended the run before max_steps (distributed);
+    peer_signal: the signal to another task that ended it, if that is what did.
     stopped_early: early stopping ended it (no better validation for a while).
     last_validation: the last validation's scoring.EvalResult (None: no validation ran).
     """
@@ -43,6 +44,7 @@ class TrainResult:
     stopped_by_signal: int = None
     last_mean_loss: float = float("nan")
     stopped_by_peer: bool = False
+    peer_signal: int = None
     stopped_early: bool = False
     last_validation: object = None
 
@@ -165,7 +167,8 @@ class _Loop:
                   else "stopping after this step")
         with StopRequest(self.log, action) as stop:
             while step < self.settings.max_steps and \
-                    not self.replica.agree_to_stop(stop.requested, early):
+                    not self.replica.agree_to_stop(
+                        stop.signal_number if stop.requested else None, early):
                 if self.graph.plan.stage_index_at(step) != stage_index:
                     stage_index = self.graph.plan.stage_index_at(step)
                     self.log(cli.timestamped(step_graph_lib.describe_stage(
@@ -218,6 +221,7 @@ class _Loop:
         except replica_lib.PeerStopped as ended:
             result.stopped_by_peer = ended.step < self.settings.max_steps
             result.stopped_early = ended.early
+            result.peer_signal = ended.signal_number
             return ended.step, True
         losses = [float(value) for value in out["losses"]]
         norms = [float(value) for value in out["norms"]]

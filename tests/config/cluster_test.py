@@ -48,11 +48,24 @@ class ClusterSettingsTest(unittest.TestCase):
             (dict(worker_hosts=["w0"]), "not host:port"),
             (dict(job_name="chief"), "use ps or worker"),
             (dict(job_name="", task_id=0), "need --job_name"),
+            (dict(restart_exit_code=1), "--restart_exit_code=1: use 3 to 255 but none of"),
+            (dict(restart_exit_code=130), "130 \\(Ctrl-C\\)"),
+            (dict(restart_exit_code=256), "use 3 to 255"),
         ]
         for overrides, pattern in cases:
             with self.subTest(overrides=overrides):
                 with self.assertRaisesRegex(cluster_lib.ClusterConfigError, pattern):
                     self.settings(**overrides)
+
+
+    def test_the_restart_code_is_one_a_scheduler_can_be_told_to_retry(self):
+        self.assertEqual(self.settings().restart_exit_code, 138)
+        self.assertEqual(self.settings(restart_exit_code=42).restart_exit_code, 42)
+        # 138 is what Kubeflow's ExitCode policy retries; any code the table gives a meaning
+        # to is refused.
+        for code in cluster_lib.TAKEN_EXIT_CODES:
+            with self.assertRaises(cluster_lib.ClusterConfigError):
+                cluster_lib.check_restart_exit_code(code)
 
 
 class TfConfigTest(unittest.TestCase):

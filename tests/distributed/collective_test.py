@@ -31,6 +31,7 @@ from tests import faults
 from tests import testing_utils
 from tests.distributed import local_cluster
 from tests.distributed.local_cluster import error_lines
+from tests.distributed.local_cluster import RESTART_EXIT_CODE
 from tests.distributed.local_cluster import RUN_TIMEOUT_SECS
 from tests.distributed.local_cluster import step_lines
 
@@ -197,15 +198,17 @@ class WantsToStopAtStep2(collective.CollectiveWorker):
         out, self.reached = super().run_step(session, fetches, step)
         return out, self.reached
 
-    def agree_to_stop(self, signalled, early):
-        return super().agree_to_stop(signalled or self.reached >= 2, early)
+    def agree_to_stop(self, signal_number, early):
+        if self.reached >= 2 and signal_number is None:
+            signal_number = signal.SIGTERM
+        return super().agree_to_stop(signal_number, early)
 
 
 class StopsEarlyAtStep2(WantsToStopAtStep2):
     """A chief whose validation stops the run early once it reached step 2."""
 
-    def agree_to_stop(self, signalled, early):
-        return collective.CollectiveWorker.agree_to_stop(self, signalled,
+    def agree_to_stop(self, signal_number, early):
+        return collective.CollectiveWorker.agree_to_stop(self, signal_number,
                                                          early or self.reached >= 2)
 
 
@@ -266,6 +269,7 @@ class CollectiveLoopTest(unittest.TestCase):
         self.assertEqual((chief.step, other.step), (3, 3))
         self.assertTrue(chief.stopped_by_peer)
         self.assertFalse(chief.stopped_early)  # a signal is not early stopping
+        self.assertEqual(chief.peer_signal, signal.SIGTERM)
         self.assertFalse(other.stopped_by_peer)
         self.assertEqual(chief.checkpoint, f"{train_dir}/model.ckpt-3")
 
@@ -302,7 +306,8 @@ class CollectiveClusterRunTest(unittest.TestCase):
         train_dir = testing_utils.temp_dir("collective_train")
         with collective_cluster(train_dir, max_steps=100_000) as cluster:
             codes, outputs = local_cluster.stop_worker_1_by_signal(cluster, RUN_TIMEOUT_SECS)
-        self.assertEqual(codes, {"worker0": 1, "worker1": 128 + signal.SIGTERM}, outputs)
+        self.assertEqual(codes, {"worker0": RESTART_EXIT_CODE, "worker1": RESTART_EXIT_CODE},
+                         outputs)
         self.assertIn("sent the model to the other worker(s)", outputs["worker0"])
         self.assertIn("all-reduce over the collective ring across 2 workers", outputs["worker0"])
         step, saved = local_cluster.chief_saved_after_peer_stop(self, outputs["worker0"],
@@ -340,7 +345,7 @@ class CollectiveClusterRunTest(unittest.TestCase):
             elapsed = time.time() - killed_at
             output = cluster.output("worker0")
         self.assertLess(elapsed, LOST_WORKER_BOUND_SECS)
-        self.assertNotEqual(code, 0, output)
+        self.assertEqual(code, RESTART_EXIT_CODE, output)
         self.assertNotIn("Traceback", output)
         self.assertEqual(len(error_lines(output)), 1, output)
         worker1 = re.escape(cluster.addresses["worker1"])

@@ -25,6 +25,7 @@ from inception.run.directory import SETTINGS_FILE
 from tests import testing_utils
 from tests.distributed import local_cluster
 from tests.distributed.local_cluster import error_lines
+from tests.distributed.local_cluster import RESTART_EXIT_CODE
 from tests.distributed.local_cluster import RUN_TIMEOUT_SECS
 from tests.distributed.local_cluster import step_lines
 
@@ -98,7 +99,7 @@ class ClusterRunTest(unittest.TestCase):
         self.assertLess(elapsed, LOST_WORKER_BOUND_SECS)
         worker1 = re.escape(cluster.addresses["worker1"])
         for name, output in outputs.items():
-            self.assertNotEqual(codes[name], 0, output)
+            self.assertEqual(codes[name], RESTART_EXIT_CODE, output)
             self.assertNotIn("Traceback", output, name)
             self.assertEqual(len(error_lines(output)), 1, output)
         self.assertRegex(error_lines(outputs["ps0"])[0],
@@ -112,8 +113,9 @@ class ClusterRunTest(unittest.TestCase):
         with LocalCluster(train_dir, max_steps=100_000) as cluster:
             codes, outputs = local_cluster.stop_worker_1_by_signal(cluster,
                                                                    LOST_WORKER_BOUND_SECS)
-        self.assertEqual(codes, {"ps0": 0, "worker0": 1, "worker1": 128 + signal.SIGTERM},
-                         outputs)
+        # A preemption: every task exits with the restart code, the parameter server too.
+        self.assertEqual(codes, {"ps0": RESTART_EXIT_CODE, "worker0": RESTART_EXIT_CODE,
+                                 "worker1": RESTART_EXIT_CODE}, outputs)
         self.assertIn("stopped by SIGTERM", outputs["worker1"])
         step, _ = local_cluster.chief_saved_after_peer_stop(self, outputs["worker0"], train_dir)
         self.assertEqual(step_lines(outputs["worker1"])[-1][0], step)

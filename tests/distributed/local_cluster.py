@@ -12,6 +12,7 @@ import time
 
 import tensorflow as tf
 
+from inception.config import cluster as cluster_lib
 from inception.run.directory import RunDirectory
 from tests import testing_utils
 
@@ -21,6 +22,8 @@ STEP_TIMEOUT_SECS = 60
 # Bazel runs the cluster tests' shards side by side, so on 2 cores six TensorFlow processes
 # build their graphs at once: measured 3.5 min to the first step there (under 1 min alone).
 RUN_TIMEOUT_SECS = 480
+# What every task exits with when a task was preempted or lost (the flag's default).
+RESTART_EXIT_CODE = cluster_lib.DEFAULT_RESTART_EXIT_CODE
 TINY = ("--dataset=demo", "--image_size=107", "--depth_multiplier=0.1", "--batch_size=4",
         "--num_gpus=2", "--log_every_n_steps=1", "--save_summaries_steps=1",
         "--save_checkpoint_steps=100")
@@ -135,7 +138,8 @@ def chief_saved_after_peer_stop(test, chief_output, train_dir):
     chief_error = error_lines(chief_output)
     test.assertEqual(len(chief_error), 1, chief_output)
     match = re.search(r"training stopped at step (\d+) because another task of the "
-                      r"cluster stopped .*the chief saved (\S+);", chief_error[0])
+                      r"cluster got SIGTERM \(a preemption\); the chief saved (\S+); exit "
+                      rf"status {RESTART_EXIT_CODE}: start every task again", chief_error[0])
     test.assertIsNotNone(match, chief_error[0])
     step, saved = int(match.group(1)), match.group(2)
     test.assertEqual(saved, RunDirectory(train_dir).newest())

@@ -77,15 +77,18 @@ class PeerStoppedTest(unittest.TestCase):
         self.assertEqual(stopped.step, 1200)
         self.assertEqual(str(stopped), "training ended by another task at step 1200")
         self.assertFalse(stopped.early)
+        self.assertIsNone(stopped.signal_number)
         self.assertTrue(replica_lib.PeerStopped(1200, early=True).early)
+        self.assertEqual(replica_lib.PeerStopped(1200, signal_number=15).signal_number, 15)
 
 
 class AgreeToStopTest(unittest.TestCase):
 
     def test_a_single_process_stops_at_once_for_either_reason(self):
         replica = replica_lib.Replica()
-        for signalled, early in ((False, False), (True, False), (False, True), (True, True)):
-            self.assertEqual(replica.agree_to_stop(signalled, early), signalled or early)
+        for signal_number, early in ((None, False), (15, False), (None, True), (2, True)):
+            self.assertEqual(replica.agree_to_stop(signal_number, early),
+                             signal_number is not None or early)
 
 
 if __name__ == "__main__":

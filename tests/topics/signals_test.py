@@ -1,5 +1,6 @@
-"""Ctrl-C and SIGTERM in every phase of the entry points: one line, exit status 130 / 143,
-nothing half-written; a second signal stops at once, even inside one long TensorFlow call.
+"""Ctrl-C and SIGTERM in every phase of the entry points: one line, exit status 130 / 143 (for
+training's SIGTERM, a preemption, --restart_exit_code), nothing half-written; a second signal
+stops at once, even inside one long TensorFlow call.
 
 Each case runs an entry point in its own process, with one function of the phase under test
 wrapped so that the process sends itself the signal there, as a user's Ctrl-C would arrive.
@@ -14,6 +15,7 @@ import unittest
 
 from absl.testing import absltest
 
+from inception.config import cluster as cluster_lib
 from tests import testing_utils
 
 # Runs `module` as the entry point after wrapping `target` (module:attribute) so that it first
@@ -67,6 +69,14 @@ runpy.run_module("inception.train", run_name="__main__")
 DATA_DIR = None
 
 
+def status_of(signum, module):
+    """The exit status `module`'s process ends with after `signum`: 128 + it, except training's
+    SIGTERM, which asks a scheduler for a restart."""
+    if module == "inception.train" and signum == signal.SIGTERM:
+        return cluster_lib.DEFAULT_RESTART_EXIT_CODE
+    return 128 + signum
+
+
 def setUpModule():
     global DATA_DIR  # pylint: disable=global-statement
     DATA_DIR = testing_utils.tiny_demo_data(train=16, validation=4)
@@ -100,7 +110,7 @@ class EarlyPhaseTest(unittest.TestCase):
         code, _, stderr, _ = run_script(DRIVER.format(
             path=sys.path, argv=argv or train_argv(train_dir), target=target,
             signum=int(signum), module=module))
-        self.assertEqual(code, 128 + signum, stderr[-2000:])
+        self.assertEqual(code, status_of(signum, module), stderr[-2000:])
         self.assertNotIn("Traceback", stderr)
         last = stderr.strip().splitlines()[-1]
         self.assertEqual(last, f"error: stopped by {signal.Signals(signum).name}; files "
@@ -150,13 +160,13 @@ class EarlyPhaseTest(unittest.TestCase):
 
 class LoopPhaseTest(unittest.TestCase):
 
-    def test_sigterm_in_the_loop_saves_and_exits_143(self):
+    def test_sigterm_in_the_loop_saves_and_exits_with_the_restart_code(self):
         train_dir = testing_utils.temp_dir("signal_loop")
         code, stdout, stderr, _ = run_script(DRIVER.format(
             path=sys.path, argv=train_argv(train_dir, max_steps=10**6),
             target="inception.loop.replica:Replica.run_step", signum=int(signal.SIGTERM),
             module="inception.train"))
-        self.assertEqual(code, 143, stderr[-2000:])
+        self.assertEqual(code, cluster_lib.DEFAULT_RESTART_EXIT_CODE, stderr[-2000:])
         self.assertIn("SIGTERM received: saving a checkpoint after this step and stopping",
                       stdout)
         self.assertIn("stopped by SIGTERM at step 1; run the same command to resume.", stdout)

@@ -41,9 +41,10 @@ flags.adopt_module_key_flags(flag_table)  # --help lists them as this program's 
 
 
 def cluster_from_flags():
-    """cluster.ClusterSettings from the cluster flags or TF_CONFIG, or None for one machine."""
+    """cluster.ClusterSettings from the cluster flags or the scheduler's environment
+    (config/environment.py: TF_CONFIG, a JobSet, Slurm), or None for one machine."""
     return cluster_lib.cluster_settings(**flag_table.values_of(FLAGS, cluster_lib.ClusterSettings),
-                                        tf_config=os.environ.get("TF_CONFIG", ""))
+                                        environment=os.environ)
 
 
 def settings_from_flags(cluster=None):

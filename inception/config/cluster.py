@@ -1,9 +1,9 @@
 """Which cluster a task belongs to: its job, index and every task's address.
 
 From the cluster flags (`--job_name --task_id --ps_hosts --worker_hosts`), or, when those are
-absent, from the `TF_CONFIG` environment variable that schedulers set (Kubeflow's TFJob,
-Vertex AI): `{"cluster": {"ps": [...], "worker": [...]}, "task": {"type": "worker",
-"index": 0}}`. Flags win; TF_CONFIG describing another task than a flag names is an error.
+absent, from the environment its scheduler sets (environment.py: TF_CONFIG, a Kubernetes
+JobSet, Slurm). Flags win; an environment describing another task than a flag names is an
+error.
 A cluster with parameter servers keeps the variables on them; one without (no --ps_hosts, no
 `ps` in TF_CONFIG) is `collective`: every worker keeps its own copies and the gradients are
 summed by an all-reduce over every tower of every worker.
@@ -11,9 +11,9 @@ Free of TensorFlow, so the entry point checks these flags before it loads Tensor
 """
 
 import dataclasses
-import json
 
-from common import cli
+from inception.config import environment as environment_lib
+from inception.config.environment import ClusterConfigError
 
 JOBS = ("ps", "worker")
 # The exit status that asks a scheduler to start the run again (a preemption, a lost task):
@@ -26,10 +26,6 @@ DEFAULT_RESTART_EXIT_CODE = 138
 TAKEN_EXIT_CODES = {0: "success", 1: "an error", 2: "a bad flag", 130: "Ctrl-C"}
 
 
-class ClusterConfigError(cli.UserError):
-    """The cluster flags do not describe a usable cluster; the message says what to change."""
-
-
 @dataclasses.dataclass(frozen=True)
 class ClusterSettings:
     """One task of a cluster: its job and index and every task's `host:port`.
@@ -40,6 +36,8 @@ class ClusterSettings:
       may supply several) and the late ones are dropped as stale.
     restart_exit_code: the exit status of every task when the cluster stops to be started
       again (a task got SIGTERM, or one was lost); check_restart_exit_code says which work.
+    cluster_port: where tasks listen when a JobSet or Slurm describes the cluster
+      (environment.py).
     """
     job_name: str
     task_id: int
@@ -49,6 +47,7 @@ class ClusterSettings:
     startup_timeout_secs: float = 600.0
     step_timeout_secs: float = 600.0
     restart_exit_code: int = DEFAULT_RESTART_EXIT_CODE
+    cluster_port: int = environment_lib.DEFAULT_PORT
 
     @property
     def num_workers(self):
@@ -95,14 +94,15 @@ class ClusterSettings:
                    f"{self.num_workers} worker(s)")
         return f"{self.job_name} task {self.task_id}{role} at {self.address}; cluster of {members}"
 
-    def validate(self, from_tf_config=frozenset()):
+    def validate(self, from_environment=frozenset(), source="TF_CONFIG"):
         """Raises ClusterConfigError for a cluster that cannot work; returns self. Settings
-        named in `from_tf_config` came from TF_CONFIG, and the message says so."""
+        named in `from_environment` came from the scheduler's environment `source` (e.g.
+        TF_CONFIG), and the message says so."""
         def name(field, job=None):
             if field == "hosts":
                 field = f"{job}_hosts"
-            if field in from_tf_config:
-                return TF_CONFIG_NAMES[field]
+            if field in from_environment:
+                return environment_lib.setting_name(source, field)
             return f"--{field}"
 
         if self.job_name not in JOBS:
@@ -151,6 +151,16 @@ def check_restart_exit_code(code):
             f"{DEFAULT_RESTART_EXIT_CODE} is the one Kubeflow's ExitCode policy retries.")
 
 
+def check_restart_exit_code(code):
+    """Raises ClusterConfigError unless `code` can mean "start me again": 3 to 255, and not a
+    status that already means something else (TAKEN_EXIT_CODES)."""
+    if not 3 <= code <= 255 or code in TAKEN_EXIT_CODES:
+        taken = ", ".join(f"{value} ({meaning})" for value, meaning in TAKEN_EXIT_CODES.items())
+        raise ClusterConfigError(
+            f"--restart_exit_code={code}: use 3 to 255 but none of {taken}; the default "
+            f"{DEFAULT_RESTART_EXIT_CODE} is the one Kubeflow's ExitCode policy retries.")
+
+
 # How a message names a setting that came from TF_CONFIG (a worker index counts the chief).
 TF_CONFIG_NAMES = {"job_name": "TF_CONFIG's task type", "task_id": "TF_CONFIG's task index",
                    "ps_hosts": "TF_CONFIG's ps list",
@@ -160,19 +170,23 @@ TF_CONFIG_NAMES = {"job_name": "TF_CONFIG's task type", "task_id": "TF_CONFIG's 
 def cluster_settings(job_name, task_id, ps_hosts, worker_hosts, num_replicas_to_aggregate=None,
                      startup_timeout_secs=ClusterSettings.startup_timeout_secs,
                      step_timeout_secs=ClusterSettings.step_timeout_secs,
-                     restart_exit_code=DEFAULT_RESTART_EXIT_CODE, tf_config=""):
-    """Validated ClusterSettings, or None when neither a cluster flag nor `tf_config` (the
-    TF_CONFIG environment variable's text) names a cluster: this machine alone.
+                     restart_exit_code=DEFAULT_RESTART_EXIT_CODE,
+                     cluster_port=environment_lib.DEFAULT_PORT,
+                     environment=None):
+    """Validated ClusterSettings, or None when neither a cluster flag nor `environment` (the
+    process's environment variables: environment.py's from_environment) names a cluster: this
+    machine alone.
 
     `num_replicas_to_aggregate` of None, 0 or -1 (the original's default) means every worker.
     """
     ps_hosts, worker_hosts = tuple(ps_hosts or ()), tuple(worker_hosts or ())
-    from_env = parse_tf_config(tf_config) if tf_config.strip() else None
+    from_env = environment_lib.from_environment(environment or {}, cluster_port,
+                                           explicit=bool(job_name or worker_hosts))
     taken = set()
     if from_env is not None and from_env.single_task and not job_name:
         from_env = None  # a one-task job (e.g. a single-replica Vertex AI job): one machine
     if from_env is not None:
-        check_against_flags(from_env, job_name, task_id, ps_hosts, worker_hosts)
+        environment_lib.check_against_flags(from_env, job_name, task_id, ps_hosts, worker_hosts)
         if not job_name:
             job_name, task_id = from_env.job_name, from_env.task_id
             taken |= {"job_name", "task_id"}
@@ -188,60 +202,9 @@ def cluster_settings(job_name, task_id, ps_hosts, worker_hosts, num_replicas_to_
     if num_replicas_to_aggregate is not None and num_replicas_to_aggregate <= 0:
         num_replicas_to_aggregate = None
     return ClusterSettings(job_name, task_id, ps_hosts, worker_hosts, num_replicas_to_aggregate,
-                           startup_timeout_secs, step_timeout_secs,
-                           restart_exit_code).validate(frozenset(taken))
-
-
-@dataclasses.dataclass(frozen=True)
-class TaskFromEnvironment:
-    """The task and cluster TF_CONFIG describes, in this trainer's terms. single_task: the
-    cluster is this one chief (or worker) task alone, as single-replica jobs describe it."""
-    job_name: str
-    task_id: int
-    ps_hosts: tuple
-    worker_hosts: tuple
-    single_task: bool = False
-
-
-def parse_tf_config(text):
-    """TaskFromEnvironment from TF_CONFIG's JSON. A `chief` (or `master`) task becomes worker 0
-    and the workers follow it, as this trainer's chief is worker 0."""
-    try:
-        config = json.loads(text)
-        cluster, task = config.get("cluster", {}), config.get("task", {})
-        chief = list(cluster.get("chief", cluster.get("master", [])))
-        workers = tuple(chief + list(cluster.get("worker", [])))
-        ps_hosts = tuple(cluster.get("ps", []))
-        kind, index = task.get("type", ""), int(task.get("index", 0))
-    except (ValueError, AttributeError, TypeError) as error:
-        raise ClusterConfigError(f"TF_CONFIG is not the JSON schedulers write ({error}); fix or "
-                                 "unset it (to train on this machine alone), or pass "
-                                 "--job_name/--task_id/--ps_hosts/--worker_hosts.") from None
-    if kind in ("chief", "master"):
-        kind = "worker"
-    elif kind == "worker":
-        index += len(chief)
-    elif kind != "ps":
-        raise ClusterConfigError(f"TF_CONFIG names a task of type {kind!r}; this trainer runs ps "
-                                 "and worker (or chief) tasks (evaluate with //inception:eval).")
-    if not ps_hosts and len(workers) == 1 and kind == "worker":
-        return TaskFromEnvironment(kind, index, ps_hosts, workers, single_task=True)
-    return TaskFromEnvironment(kind, index, ps_hosts, workers)
-
-
-def check_against_flags(task, job_name, task_id, ps_hosts, worker_hosts):
-    """Raises ClusterConfigError when a cluster flag contradicts TF_CONFIG (flags win, but a
-    task started with both should not silently be two different tasks)."""
-    clashes = []
-    if job_name and (job_name, task_id) != (task.job_name, task.task_id):
-        clashes.append(f"--job_name={job_name} --task_id={task_id} but TF_CONFIG says "
-                       f"{task.job_name} {task.task_id}")
-    for flag, given, listed in (("ps_hosts", ps_hosts, task.ps_hosts),
-                                ("worker_hosts", worker_hosts, task.worker_hosts)):
-        if given and tuple(given) != tuple(listed):
-            clashes.append(f"--{flag}={','.join(given)} but TF_CONFIG lists {','.join(listed)}")
-    if clashes:
-        raise ClusterConfigError("; ".join(clashes) + "; drop those flags or unset TF_CONFIG.")
+                           startup_timeout_secs, step_timeout_secs, restart_exit_code,
+                           cluster_port).validate(frozenset(taken),
+                                          from_env.source if from_env else "TF_CONFIG")
 
 
 def split_address(address):

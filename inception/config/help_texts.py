@@ -243,6 +243,9 @@ CLUSTER_HELP = {
     "step_timeout_secs":
         "Longest a worker waits for one synchronous step "
         "before it stops with an error naming the tasks that do not answer.",
+    "cluster_port":
+        "Port every task listens on when a Kubernetes JobSet or Slurm describes the cluster "
+        "(further tasks on one Slurm node take the next ports).",
     "restart_exit_code":
         "Exit status that asks a scheduler to start the run again: of a run stopped by "
         "SIGTERM (a preemption), and on a cluster of every task when any task got SIGTERM or "

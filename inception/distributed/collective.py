@@ -31,6 +31,7 @@ from inception.distributed.connections import run_options
 from inception.distributed.connections import SHUTDOWN_TIMEOUT_SECS
 from inception.distributed.connections import TaskLostError
 from inception.distributed.member import ClusterMember
+from inception.distributed.member import step_shape
 from inception.loop import guards
 from inception.loop import replica as replica_lib
 from inception.loop import resume
@@ -62,6 +63,7 @@ class CollectiveWorker(ClusterMember):
 
     # The update needs no wrapper: the all-reduce inside the step makes it synchronous.
     wrap_optimizer = None
+    _shape_source = "the workers have on average"
 
     def __init__(self, settings, server_config, log=print, on_stuck=None):
         super().__init__(settings, collective_config(server_config), log, on_stuck)
@@ -86,6 +88,9 @@ class CollectiveWorker(ClusterMember):
                 [saved[name] for name in sorted(saved)], device, workers, self.is_chief, keys),
             "global_step": train_graph.global_step,
         }
+        # Summed over the workers with the broadcast: equal shapes sum to workers x one's.
+        self._ops["step_shapes"] = all_reduce.sum_over_workers(
+            tf.constant(step_shape(train_graph), tf.int64), device, workers, keys)
         with tf.device(device), tf.name_scope("cluster_vote"):
             self._vote_input = tf1.placeholder_with_default(
                 tf.zeros([len(STOP_REASONS)]), [len(STOP_REASONS)], name="stop")
@@ -134,8 +139,8 @@ class CollectiveWorker(ClusterMember):
         timeout = self.settings.startup_timeout_secs
         try:
             with self._watchdog.around(timeout, "the start-up broadcast"):
-                session.run(self._ops["broadcast"],
-                            options=run_options(timeout))
+                _, shapes = session.run((self._ops["broadcast"], self._ops["step_shapes"]),
+                                        options=run_options(timeout))
         except tf.errors.DeadlineExceededError:
             raise ClusterError(
                 f"worker {self.settings.task_id}: the model did not reach every worker within "
@@ -143,6 +148,8 @@ class CollectiveWorker(ClusterMember):
                 "--startup_timeout_secs).") from None
         except tf.errors.OpError as error:
             raise self.explain(error, "at start-up") from None
+        self.check_step_shape(self._train_graph, shapes // self.settings.num_workers
+                              if not (shapes % self.settings.num_workers).any() else shapes)
 
     def agree_to_stop(self, signal_number, early):
         """True once every worker has agreed to stop; a task that wants to stop first runs one

@@ -32,6 +32,7 @@ DONE_QUEUE_NAME = "inception_workers_done"
 # graph that names them: the chief's model is ready, and why training stopped (the chief's
 # early stopping, or a signal to a task: SIGTERM is a preemption).
 READY_FLAG_NAME = "inception_model_ready"
+CHIEF_SHAPE_NAME = "inception_chief_step_shape"  # set with the ready flag: member.step_shape
 STOP_FLAG_NAMES = {"early": "inception_stopped_early", signal.SIGINT: "inception_interrupted",
                    signal.SIGTERM: "inception_preempted"}
 

@@ -27,8 +27,15 @@ from inception.distributed.watchdog import Watchdog
 from inception.loop import replica as replica_lib
 
 
+def step_shape(train_graph):
+    """[examples a step of `train_graph` trains, its towers (x micro-batches)]: what every
+    worker of a cluster must share."""
+    return [int(train_graph.examples_per_step), len(train_graph.towers)]
+
+
 class ClusterMember(replica_lib.Replica):
     """One worker task of a cluster: what its hooks share (see the module docstring).
+    `_shape_source`: how check_step_shape names what it compares with.
 
     Constructing it starts the task's server, which must be up for the other tasks to see it.
 
@@ -36,6 +43,8 @@ class ClusterMember(replica_lib.Replica):
     own timeout by STUCK_GRACE_SECS (cancelling a timed-out step can deadlock inside
     TensorFlow); the entry point prints the message and ends the process.
     """
+
+    _shape_source = "the chief has"
 
     def __init__(self, settings, server_config, log=print, on_stuck=None):
         if settings.job_name != "worker":
@@ -88,6 +97,20 @@ class ClusterMember(replica_lib.Replica):
                 raise late(missing)
             time.sleep(PROBE_INTERVAL_SECS / 2)
             missing = absent()
+
+    def check_step_shape(self, train_graph, others):
+        """Raises ClusterConfigError unless `others` (the chief's, or every worker's summed)
+        [examples per step, towers] match this worker's `train_graph`: workers that split the
+        update differently would read overlapping shares and average wrongly."""
+        own = step_shape(train_graph)
+        if list(others) != own:
+            raise ClusterConfigError(
+                f"worker {self.settings.task_id} trains {own[0]} examples a step on {own[1]} "
+                f"tower(s) (batch x micro-batches, towers x micro-batches), but "
+                f"{self._shape_source} {list(map(int, others))}: start every worker "
+                "with the same --batch_size, --accumulate_steps and --num_gpus, and with one "
+                "--train_dir they all read (then a cluster of another size sets "
+                "--accumulate_steps alike on every worker).")
 
     def explain(self, error, where, timeout=None):
         """A TaskLostError for a TensorFlow error of this worker's session: which tasks do not

@@ -21,6 +21,7 @@ import tensorflow as tf
 from common import cli
 from common import error_lines
 from inception.distributed.connections import ClusterError
+from inception.distributed.connections import CHIEF_SHAPE_NAME
 from inception.distributed.connections import CONNECTION_ERRORS
 from inception.distributed.connections import done_message
 from inception.distributed.connections import done_queue
@@ -35,6 +36,7 @@ from inception.distributed.connections import stop_flags
 from inception.distributed.connections import TaskLostError
 from inception.distributed.connections import unreachable_tasks
 from inception.distributed.member import ClusterMember
+from inception.distributed.member import step_shape
 from inception.loop import guards
 from inception.loop import replica as replica_lib
 
@@ -64,6 +66,7 @@ class ClusterWorker(ClusterMember):
         self._steps_run = 0
         self._update_failures = []
         self._stop_reason = None  # a signal number or "early", once this worker stops
+        self._train_graph = None
 
     def device_scope(self):
         """Variables on the parameter servers (round robin), every other op on this worker."""
@@ -87,6 +90,7 @@ class ClusterWorker(ClusterMember):
         if optimizer is None:
             raise RuntimeError("build_train_graph was not given ClusterWorker.wrap_optimizer")
         _check_local_variables_stay(self.worker_device)
+        self._train_graph = train_graph
         # Its readiness report is for MonitoredSession, which we do not use (the chief's ready
         # flag below replaces it); marked so TensorFlow does not warn at exit.
         optimizer.ready_for_local_init_op.mark_used()
@@ -104,6 +108,11 @@ class ClusterWorker(ClusterMember):
             self._ops["close_tokens"] = tokens.close()
             self._ops["tokens_closed"] = tokens.is_closed()
         self._ops["is_ready"], self._ops["set_ready"] = ps_flag(READY_FLAG_NAME)
+        with tf.device(ps_device(0)):  # set by the chief before its ready flag: what it trains
+            chief_shape = tf1.Variable(step_shape(train_graph), dtype=tf.int64, trainable=False,
+                                       collections=[], name=CHIEF_SHAPE_NAME)
+            self._ops["set_chief_shape"] = chief_shape.initializer
+            self._ops["chief_shape"] = chief_shape.read_value()
         # Why training stops, set by the task that stops it before it ends the others' steps
         # (a parameter server sets a signal's flag too); read with every step.
         self._ops["stop_flags"], set_flags = stop_flags()
@@ -163,6 +172,8 @@ class ClusterWorker(ClusterMember):
                     f"initialize the model within {self.settings.startup_timeout_secs:g} s; "
                     "start it (same --ps_hosts/--worker_hosts) or raise --startup_timeout_secs.")
             time.sleep(PROBE_INTERVAL_SECS / 2)
+        self.check_step_shape(self._train_graph, self._run("chief_shape", session,
+                                                           SHUTDOWN_TIMEOUT_SECS, "starting"))
         return int(self._run("global_step", session, SHUTDOWN_TIMEOUT_SECS, "starting"))
 
     def begin(self, session):
@@ -175,6 +186,7 @@ class ClusterWorker(ClusterMember):
         self._run("chief_init", session, timeout, "starting")
         threading.Thread(target=self._apply_updates, args=(session,), daemon=True,
                          name="sync_replicas_updates").start()
+        self._run("set_chief_shape", session, timeout, "starting")
         self._run("set_ready", session, timeout, "starting")
         self._log(cli.timestamped(
             f"{self.settings.describe()}: each update averages the gradients of "

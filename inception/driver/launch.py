@@ -19,6 +19,7 @@ from inception.config import settings as settings_lib
 from inception.driver import lr_range
 from inception.driver import resolution
 from inception.inputs import pipeline
+from inception.inputs import shares
 from inception.loop import resume
 from inception.loop import session_loop
 from inception.model import network
@@ -57,38 +58,46 @@ def _describe_randomness(data):
 
 def graph_builder(run, replica, learning_rate=None):
     """build_graph() for session_loop.run_training: input pipeline, towers, stages (every stage
-    at `learning_rate`, a tensor, when given: the range test)."""
+    at `learning_rate`, a tensor, when given: the range test).
+
+    On a cluster every worker reads its share of one order from one position (inputs/
+    shares.py), which lives with the variables (the chief saves it) and which, beside
+    parameter servers, the chief alone advances; its towers are numbered among every worker's,
+    so that their random draws follow their examples."""
     settings, placement = run.settings, run.placement
-    data = settings.data
+    data, cluster = settings.data, settings.cluster
+    batch = data.batch_size * settings.optimization.accumulate_steps  # of this process's step
+    share = shares.InputShare(cluster.task_id, cluster.num_workers) if cluster else shares.ALL
 
     def build_graph():
         if data.seed is not None:
             tf.compat.v1.set_random_seed(data.seed)  # reproducible initial weights too
         seed = resolution.input_seed(settings)
+        position = pipeline.position_variable() if cluster else None  # placed as a variable
         host = devices.HOST_DEVICE
         with tf.device(replica.local_device(host) if replica else host):
             input_batch = pipeline.build_train_input(
-                run.shards, data.batch_size * settings.optimization.accumulate_steps,
-                settings.model.image_size, settings.model.num_classes, seed=seed,
-                strict=data.strict_input, crop=run.dataset.defaults.crop,
-                augmentation=settings.augmentation,
-                # One process's position: a cluster's workers each read their own stream.
-                examples_per_epoch=None if replica else run.examples_per_epoch,
-                sampling_weights=run.sampling_weights)
+                run.shards, batch, settings.model.image_size, settings.model.num_classes,
+                seed=seed, strict=data.strict_input, crop=run.dataset.defaults.crop,
+                augmentation=settings.augmentation, examples_per_epoch=run.examples_per_epoch,
+                sampling_weights=run.sampling_weights, position=position, share=share)
         mixing_seed = pipeline.fresh_seed() if seed is None else seed
         return step_graph.build_train_graph(
             input_batch, functools.partial(
                 network.make_model_fn, settings.model, compute_dtype=placement.compute_dtype,
                 augmentation=settings.augmentation, seed=mixing_seed,
                 label_smoothing=settings.optimization.label_smoothing,
-                class_weights=run.class_weights),
+                class_weights=run.class_weights,
+                first_tower=share.index * placement.num_towers
+                * settings.optimization.accumulate_steps),
             settings.optimization, placement.tower_devices, run.examples_per_epoch,
             histograms=settings.loop.histograms,
             wrap_optimizer=replica.wrap_optimizer if replica else None,
             initial_loss_scale=placement.initial_loss_scale,
             variable_device=placement.variable_device, stage_inputs=placement.stage_inputs,
             learning_rate=learning_rate, max_steps=settings.loop.max_steps,
-            all_reduce=placement.all_reduce)
+            all_reduce=placement.all_reduce,
+            updates_statistics=cluster is None or cluster.collective or cluster.is_chief)
     return build_graph
 
 

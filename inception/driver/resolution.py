@@ -8,12 +8,15 @@ contradicts them is an error.
 """
 
 import dataclasses
+import zlib
 
 import tensorflow as tf
 
 from inception.config import recipe
 from inception.config import rules
 from inception.config import settings as settings_lib
+from inception.config import update_shape
+from inception.config.update_shape import UpdateShape
 from inception.inputs import label_weights
 from inception.inputs import datasets
 from inception.model.slim_compat import tf_slim as slim
@@ -37,6 +40,7 @@ class ResolvedRun:
 
 
 DETERMINISTIC_SEED = 0  # --deterministic without --seed
+CLUSTER_SEEDS = 2**31 - 1  # a cluster without --seed draws its seed below this
 
 
 def resolve_run(settings, log=print):
@@ -50,7 +54,8 @@ def resolve_run(settings, log=print):
     newest = run_dir.newest()
     stored = stored_run(run_dir, newest)
     dataset = dataset_of_run(settings.data, stored, log)
-    filled = settings_lib.fill_defaults(settings, dataset.defaults)
+    filled = keep_global_batch(settings_lib.fill_defaults(settings, dataset.defaults), stored,
+                               placement, log)
     counts = training_label_counts(filled, dataset, log)
     examples_per_epoch = dataset.num_examples(
         filled.data.subset, log, counted=None if counts is None else int(counts.sum()))
@@ -89,6 +94,17 @@ def training_label_counts(settings, dataset, log):
     shards = dataset.shards(settings.data.subset)
     datasets.announce_count(shards, f"the '{settings.data.subset}' labels", log)
     return label_weights.label_counts(shards, dataset.num_classes)
+
+
+def keep_global_batch(settings, stored, placement, log):
+    """`settings` (filled) with the accumulate_steps that keep the global batch of the stored
+    run when its number of workers changed (config/update_shape.py), logged."""
+    shape, note = update_shape.keep_global_batch(
+        stored.update if stored else None, UpdateShape.of(settings, placement.num_towers))
+    if note:
+        log(note)
+    return dataclasses.replace(settings, optimization=dataclasses.replace(
+        settings.optimization, accumulate_steps=shape.accumulate_steps))
 
 
 def examples_per_update(settings):
@@ -157,12 +173,14 @@ def resolve_model_settings(requested, filled, dataset, stored):
 
 
 def input_seed(settings):
-    """The seed of this task's input order: each worker of a cluster gets its own, or all would
-    read the same examples in the same order."""
+    """The seed of the input order and of the towers' random draws: --seed (None alone: a fresh
+    one). The workers of a cluster read their shares of one order (inputs/shares.py), so they
+    need one seed: without --seed, one made from --train_dir, which every worker and every
+    restart of the run share."""
     seed = settings.data.seed
-    if seed is None or settings.cluster is None:
+    if seed is not None or settings.cluster is None:
         return seed
-    return seed + settings.cluster.task_id
+    return zlib.crc32(settings.train_dir.encode()) % CLUSTER_SEEDS
 
 
 def pretrained_initializer_factory(init, log):

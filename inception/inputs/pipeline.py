@@ -6,26 +6,29 @@ Runs on the CPU. Training reads epoch after epoch, forever, and drops the last p
 With a seed, the training stream is a function of the seed alone: epoch e reads the shards in
 an order drawn from (seed, e), through a shuffle buffer seeded the same way, and the k-th record
 of epoch e is distorted with a seed made of (seed, e, k). So the stream can start anywhere: a
-run that tracks its position (a variable saved in every checkpoint) resumes with the batch the
-uninterrupted run would have read next, skipping at most one epoch's records (read, not
-decoded). Damaged records that were skipped shift that position by their number. With
-sampling weights (--balanced_sampling), each epoch keeps its length but draws each record as
-many times as its label's weight says on average, from the same seeds (_resampled_epoch).
-A record whose JPEG is truncated or not a JPEG is skipped and counted (or, with `strict`, stops
-the run with an error that names the file).
+run that tracks its position (a variable saved in every checkpoint: the records of the order
+trained on) resumes with the batch the uninterrupted run would have read next, skipping at most
+one epoch's records (read, not decoded). The workers of a cluster each read their share of that
+one order (shares.py), from one position. With sampling weights (--balanced_sampling), each
+epoch keeps its length but draws each record as many times as its label's weight says on
+average, from the same seeds (_resampled_epoch).
+A record whose JPEG is truncated or not a JPEG is counted and, in training, replaced by the next
+good record (so the order never shifts), in evaluation skipped; with `strict` it stops the run
+with an error that names the file.
 """
 
 import dataclasses
 import random
-import sys
 
 import tensorflow as tf
 
 from common import cli
 from common import error_lines
 from inception.config import recipe
+from inception.inputs import damaged
 from inception.inputs import preprocessing
 from inception.inputs import resampling
+from inception.inputs import shares
 
 tf1 = tf.compat.v1
 AUTOTUNE = tf.data.AUTOTUNE
@@ -39,16 +42,26 @@ class InputBatch:
     """Tensors of one batch and the ops that drive the pipeline.
 
     images: float32 [batch, size, size, 3] in [-1, 1]; labels: int32 [batch] in [0, num_classes).
-    corrupt_records: int64 scalar, records skipped so far because their image was damaged.
+    corrupt_records: int64 scalar, records skipped (or in training replaced) so far because their
+      image was damaged.
     initializer: run once per session before reading; training starts reading at `position`.
-    position: int64 variable, saved in checkpoints: the examples trained on so far (the step
-      graph adds each update's examples); None when the position is not tracked.
+    position: int64 variable, saved in checkpoints: the records of the global order trained on
+      so far (the step graph adds `global_batch` each update); None when it is not tracked.
+    global_batch: the records of the order one step consumes: this batch times the workers
+      whose shares make the step (shares.InputShare.count).
     """
     images: tf.Tensor
     labels: tf.Tensor
     corrupt_records: tf.Tensor
     initializer: tf.Operation
     position: tf.Variable = None
+    global_batch: int = None
+
+    @property
+    def records_per_step(self):
+        """The records of the input one step consumes: `global_batch`, or this batch alone
+        where it is not set (an epoch is so many steps)."""
+        return self.global_batch or int(self.images.shape[0])
 
 
 def parse_example(serialized):
@@ -98,25 +111,6 @@ def fresh_seed():
     return random.SystemRandom().randrange(2**31 - 1)
 
 
-def _corrupt_counter():
-    return tf1.Variable(0, dtype=tf.int64, trainable=False, name="corrupt_records",
-                        collections=[tf1.GraphKeys.LOCAL_VARIABLES])
-
-
-def _gap_counter(counter):
-    """A map function, run in order after ignore_errors: adds to `counter` the records missing
-    before each one (dropped because they failed to decode)."""
-    last = tf1.Variable(-1, dtype=tf.int64, trainable=False, name="last_record",
-                        collections=[tf1.GraphKeys.LOCAL_VARIABLES])
-
-    def count(index, image, label, filename, ok):
-        missing = index - last - 1
-        with tf.control_dependencies([counter.assign_add(tf.maximum(missing, 0))]):
-            with tf.control_dependencies([last.assign(index)]):
-                return tf.identity(index), image, label, filename, ok
-    return count
-
-
 def _checked_label(label, num_classes, filename):
     in_range = tf.logical_and(label >= 0, label < num_classes)
     message = tf.strings.format(
@@ -124,26 +118,6 @@ def _checked_label(label, num_classes, filename):
         "check --num_classes / labels.txt", (label, filename, num_classes))
     with tf.control_dependencies([tf.debugging.Assert(in_range, [message])]):
         return tf.identity(label)
-
-
-def _decode_or_skip(encoded, filename, decode, image_size, counter, strict):
-    """Returns (image, ok); damaged images give ok=False and bump `counter` (or fail if strict).
-
-    `decode` is a zero-argument callable returning float32 [image_size, image_size, 3].
-    """
-    ok = preprocessing.is_complete_jpeg(encoded)
-    if strict:
-        message = tf.strings.format("damaged or non-JPEG image {} in the input (remove it, or "
-                                    "drop --strict_input to skip such records)", filename)
-        with tf.control_dependencies([tf.debugging.Assert(ok, [message])]):
-            return decode(), ok
-
-    def skip():
-        note = tf.print("skipping a damaged or non-JPEG image:", filename, output_stream=sys.stderr)
-        with tf.control_dependencies([counter.assign_add(1), note]):
-            return tf.zeros([image_size, image_size, 3], tf.float32)
-
-    return tf.cond(ok, decode, skip), ok
 
 
 def _records(shards, shuffle_files, seed, deterministic):
@@ -184,14 +158,14 @@ def _resampled_epoch(shards, seed, epoch, shuffle_buffer, deterministic, samplin
 def build_train_input(shards, batch_size, image_size, num_classes, seed=None, strict=False,
                       shuffle_buffer=DEFAULT_SHUFFLE_BUFFER, crop=recipe.ORIGINAL_CROP,
                       threads=0, augmentation=None, examples_per_epoch=None,
-                      sampling_weights=None):
-    """Training batches: distorted images, forever, in global batches of `batch_size`.
+                      sampling_weights=None, position=None, share=shares.ALL):
+    """Training batches: distorted images, forever, in batches of `batch_size`.
 
     Args:
       shards: list of TFRecord paths.
       seed: int for a reproducible order and distortions; None for a fresh random one (and
         non-deterministic, slightly faster parallel reads).
-      strict: fail on a damaged image instead of skipping it.
+      strict: fail on a damaged image instead of replacing it.
       crop: recipe.CropSettings of the random training crop.
       threads: size of a private thread pool for the pipeline (0: tf.data's shared default).
       augmentation: settings.AugmentationSettings for RandAugment and random erasing after
@@ -203,6 +177,9 @@ def build_train_input(shards, batch_size, image_size, num_classes, seed=None, st
       sampling_weights: the times each label's record is drawn per epoch on average
         (--balanced_sampling: label_weights.balanced_weights); each epoch keeps its length
         (_resampled_epoch). None: each record once an epoch.
+      position: the int64 variable of the position (position_variable(), placed by the
+        caller: a cluster's chief saves it for every worker); None: made here when tracked.
+      share: shares.InputShare: this worker's share of the order, in chunks of `batch_size`.
 
     Returns:
       InputBatch with static shapes [batch_size, image_size, image_size, 3] and [batch_size].
@@ -210,36 +187,49 @@ def build_train_input(shards, batch_size, image_size, num_classes, seed=None, st
     deterministic = seed is not None
     if seed is None:
         seed = fresh_seed()
-    counter = _corrupt_counter()
-    position = None
-    first_epoch = skipped = tf.constant(0, tf.int64)
-    if examples_per_epoch:
-        position = tf1.Variable(0, dtype=tf.int64, trainable=False, name="input_position")
-        first_epoch = position // examples_per_epoch
-        skipped = position % examples_per_epoch
-    if sampling_weights is None:
-        records = tf.data.Dataset.range(first_epoch, LAST_EPOCH).flat_map(
-            lambda epoch: _epoch_records(shards, seed, epoch, shuffle_buffer, deterministic))
-    else:
-        records = tf.data.Dataset.range(first_epoch, LAST_EPOCH).flat_map(
-            lambda epoch: _resampled_epoch(shards, seed, epoch, shuffle_buffer, deterministic,
-                                           sampling_weights, examples_per_epoch or -1))
-    records = records.skip(skipped)
+    counter = damaged.corrupt_counter()
+    position, first_epoch, skipped = _start(position, examples_per_epoch)
 
-    def preprocess(index, element):
-        del index
+    def epoch_records(epoch):
+        if sampling_weights is None:
+            return _epoch_records(shards, seed, epoch, shuffle_buffer, deterministic)
+        return _resampled_epoch(shards, seed, epoch, shuffle_buffer, deterministic,
+                                sampling_weights, examples_per_epoch or -1)
+
+    records = tf.data.Dataset.range(first_epoch, LAST_EPOCH).flat_map(epoch_records)
+    records = shares.take_share(records.skip(skipped), share, batch_size)
+
+    def preprocess(element):
         image_seed, serialized = element
         encoded, label, boxes, filename = parse_example(serialized)
-        image, ok = _decode_or_skip(
+        image, ok = damaged.decode_or_skip(
             encoded, filename,
             lambda: preprocessing.train_image(encoded, boxes, image_size, image_seed, crop,
                                               augmentation),
-            image_size, counter, strict)
+            image_size, None, strict)
         return image, label, filename, ok
 
-    batch = _finish(records.enumerate(), preprocess, batch_size, num_classes, counter, strict,
-                    drop_remainder=True, threads=threads)
-    return dataclasses.replace(batch, position=position)
+    kept = damaged.fill_slots(_decoded(records.enumerate(), preprocess, strict).filter(
+        lambda slot, image, label, filename, ok: ok).map(
+            lambda slot, image, label, filename, ok: (slot, image, label, filename)), counter)
+    batch = _batched(kept, batch_size, num_classes, counter, drop_remainder=True,
+                     threads=threads)
+    return dataclasses.replace(batch, position=position, global_batch=batch_size * share.count)
+
+
+def _start(position, examples_per_epoch):
+    """(the position variable or None, the epoch to start reading in, the records of it to
+    skip): where reading starts, at `position` when `examples_per_epoch` tracks it."""
+    if not examples_per_epoch:
+        return None, 0, 0
+    if position is None:
+        position = position_variable()
+    return position, position // examples_per_epoch, position % examples_per_epoch
+
+
+def position_variable():
+    """The int64 variable of a training input's position (InputBatch.position), at 0."""
+    return tf1.Variable(0, dtype=tf.int64, trainable=False, name="input_position")
 
 
 def build_eval_input(shards, batch_size, image_size, num_classes, strict=False, max_examples=0):
@@ -251,36 +241,40 @@ def build_eval_input(shards, batch_size, image_size, num_classes, strict=False, 
     Returns:
       InputBatch; the batch dimension is unknown (None) because of the last partial batch.
     """
-    counter = _corrupt_counter()
+    counter = damaged.corrupt_counter()
     records = _records(shards, False, None, True)
     if max_examples:
         records = records.take(max_examples)
 
-    def preprocess(index, serialized):
-        del index
+    def preprocess(serialized):
         encoded, label, _, filename = parse_example(serialized)
-        image, ok = _decode_or_skip(
+        image, ok = damaged.decode_or_skip(
             encoded, filename, lambda: preprocessing.eval_image(encoded, image_size),
             image_size, counter, strict)
         return image, label, filename, ok
 
-    return _finish(records.enumerate(), preprocess, batch_size, num_classes, counter, strict,
-                   drop_remainder=False)
-
-
-def _finish(indexed_records, preprocess, batch_size, num_classes, counter, strict,
-            drop_remainder, threads=0):
-    # The decoding map keeps the records' order (it stays parallel): a JPEG that looks complete
-    # but still fails to decode is dropped by ignore_errors rather than ending a long run, and
-    # the gap it leaves in the record numbers is what counts it.
-    dataset = indexed_records.map(lambda index, serialized: (index, *preprocess(index,
-                                                                                serialized)),
-                                  num_parallel_calls=AUTOTUNE, deterministic=True)
+    decoded = _decoded(records.enumerate(), preprocess, strict)
     if not strict:
-        dataset = dataset.ignore_errors(log_warning=True).map(_gap_counter(counter))
-    dataset = dataset.filter(lambda index, image, label, filename, ok: ok)
+        decoded = decoded.map(damaged.gap_counter(counter))
+    kept = decoded.filter(lambda index, image, label, filename, ok: ok).map(
+        lambda index, image, label, filename, ok: (image, label, filename))
+    return _batched(kept, batch_size, num_classes, counter, drop_remainder=False)
+
+
+def _decoded(indexed_records, preprocess, strict):
+    """(index, image, label, filename, ok) of each (index, record), in order; without
+    `strict`, a record that fails to decode (a JPEG that looks complete) is dropped rather
+    than ending a long run: the gap it leaves in the indices is what counts (or fills) it."""
+    # The decoding map keeps the records' order (it stays parallel).
+    dataset = indexed_records.map(lambda index, record: (index, *preprocess(record)),
+                                  num_parallel_calls=AUTOTUNE, deterministic=True)
+    return dataset if strict else dataset.ignore_errors(log_warning=True)
+
+
+def _batched(examples, batch_size, num_classes, counter, drop_remainder, threads=0):
+    """InputBatch of (image, label, filename) examples, each label checked."""
     # After ignore_errors on purpose: a label the model cannot represent must stop the run.
-    dataset = dataset.map(lambda index, image, label, filename, ok: (
+    dataset = examples.map(lambda image, label, filename: (
         image, _checked_label(label, num_classes, filename)))
     dataset = dataset.batch(batch_size, drop_remainder=drop_remainder).prefetch(AUTOTUNE)
     if threads:

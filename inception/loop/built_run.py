@@ -3,6 +3,7 @@ the saver, the start (fresh, resumed, or waiting for the chief), the variable ch
 input started once the variables hold their values."""
 
 import dataclasses
+import os
 
 import tensorflow as tf
 
@@ -11,6 +12,7 @@ from inception.loop import guards
 from inception.loop import resume
 from inception.parallel import copies as copies_lib
 from inception.parallel import step_graph as step_graph_lib
+from inception.run import health
 from inception.run.directory import RunDirectory
 
 tf1 = tf.compat.v1
@@ -65,7 +67,11 @@ def start_session(session, built, checkpoint, replica, log):
     the replica; returns the step training continues from."""
     step = built.start(session)
     if checkpoint:
-        log(cli.timestamped(f"resumed from {checkpoint} (step {step})"))
+        reached = health.recorded_progress(RunDirectory(os.path.dirname(checkpoint)))
+        redone = (f"; the run had reached step {reached}, so the {reached - step} step(s) "
+                  "since that checkpoint are trained again" if reached and reached > step
+                  else "")
+        log(cli.timestamped(f"resumed from {checkpoint} (step {step}){redone}"))
     resume.start_input(session, built.train_graph, built.local_init)
     replica.begin(session)
     return step

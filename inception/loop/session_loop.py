@@ -24,6 +24,7 @@ from inception.loop import rollback
 from inception.loop.cadence import LoopCadences
 from inception.loop.stop_request import StopRequest
 from inception.parallel import step_graph as step_graph_lib
+from inception.run import health
 from inception.run.directory import RunDirectory
 from inception.run.health import SaveRecord
 
@@ -267,6 +268,8 @@ class _Loop:
         self._scalar(tags.EXAMPLES_PER_SEC, examples_per_sec, step)
         cadences.interval_start, cadences.interval_step = now, step
         notes.report(self.session, self.graph, steps_done, self.log)
+        if self.replica.is_chief:
+            health.record_progress(self.run_dir, step)
 
     def _scalar(self, tag, value, step):
         self.writer.add_summary(tf1.Summary(value=[tf1.Summary.Value(

@@ -155,7 +155,7 @@ def smoothed_cross_entropy(logits, targets, name, label_smoothing=recipe.LABEL_S
 
 
 def make_model_fn(settings, batch_norm_decay, compute_dtype=None, augmentation=None, seed=0,
-                  label_smoothing=recipe.LABEL_SMOOTHING, class_weights=None):
+                  label_smoothing=recipe.LABEL_SMOOTHING, class_weights=None, first_tower=0):
     """Returns `model_fn(images, labels) -> towers.ModelOutputs` for towers.build_towers.
 
     compute_dtype: tf.bfloat16 / tf.float16 builds the network in that dtype with float32
@@ -164,8 +164,11 @@ def make_model_fn(settings, batch_norm_decay, compute_dtype=None, augmentation=N
     (inputs/mixing.py), drawn from `seed`, the global step and the tower's number; None: none.
     Dropout's masks are drawn statelessly from the same three, so a resumed run repeats them.
     label_smoothing, class_weights: of the cross-entropy (classification_losses).
+    first_tower: the number of this process's first tower among every tower (and micro-batch)
+    of the step: a cluster's worker w numbers its towers from w x its towers x micro-batches,
+    so a tower's draws follow the examples it gets (shares.py), whatever the cluster's size.
     """
-    tower_numbers = itertools.count()
+    tower_numbers = itertools.count(first_tower)
 
     def model_fn(images, labels):
         stream = _tower_stream(seed, next(tower_numbers))

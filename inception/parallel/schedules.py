@@ -61,6 +61,14 @@ def rate_tensor(schedule, global_step, name="learning_rate"):
     return tf.identity(rate, name=name)
 
 
+def schedule_and_rate(optimization, steps_per_epoch, max_steps, learning_rate, global_step):
+    """(the run's Schedule, the rate tensor: `learning_rate` when fed, else the schedule's at
+    `global_step`)."""
+    schedule = run_schedule(optimization, steps_per_epoch, max_steps)
+    return schedule, (learning_rate if learning_rate is not None
+                      else rate_tensor(schedule, global_step))
+
+
 def run_schedule(optimization, steps_per_epoch, max_steps):
     """The run's Schedule from settings.OptimizationSettings `optimization` (resolved), the
     updates per epoch and the run's last step (None where unknown)."""

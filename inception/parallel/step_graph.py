@@ -12,7 +12,7 @@ the one average over all of them is the update, so K x towers x per-tower batch 
 it, the global step counts updates and `mean_loss` covers every micro-batch. They are built
 into the one step's graph, and in a one-stage plan each micro-batch starts once the previous
 one's gradients are done (micro_batches.py), so the step holds the activations of one
-global batch at a time.
+global batch at a time. What a step changes beside the update is after_update.py's.
 """
 
 import dataclasses
@@ -21,6 +21,7 @@ import tensorflow as tf
 
 from inception.config import plans
 from inception.config import recipe
+from inception.parallel import after_update
 from inception.parallel import all_reduce as all_reduce_lib
 from inception.parallel import averages
 from inception.parallel import clipping
@@ -44,7 +45,7 @@ class StageOps:
     """What the loop runs while one stage is current.
 
     train_op: one synchronous step of this stage (its gradients, update, EMA, batch-norm
-    statistics); tower_losses: float32 [num_towers], each tower's loss in this stage;
+    statistics); update_op: the update within it (apply and EMA); tower_losses: float32 [num_towers], each tower's loss in this stage;
     tower_gradient_norms: float32 [num_towers], the global norm of each tower's gradients in
     this step (NaN/Inf: that tower's update was not finite); mean_loss: their mean; variables:
     names of the variables this stage trains; skipped: variables of the stage that its loss
@@ -52,6 +53,7 @@ class StageOps:
     """
     stage: plans.Stage
     train_op: tf.Operation
+    update_op: tf.Operation
     tower_losses: tf.Tensor
     tower_gradient_norms: tf.Tensor
     mean_loss: tf.Tensor
@@ -103,37 +105,36 @@ class TrainGraph:
 def build_train_graph(input_batch, make_model_fn, optimization, tower_devices,
                       examples_per_epoch, histograms=False, wrap_optimizer=None,
                       initial_loss_scale=None, variable_device=DEFAULT_VARIABLE_DEVICE,
-                      stage_inputs=False, learning_rate=None, max_steps=None,
-                      all_reduce=None):
+                      stage_inputs=False, learning_rate=None, max_steps=None, all_reduce=None,
+                      updates_statistics=True):
     """Builds the towers once and one train op per stage of `optimization`'s plan.
 
     Args:
-      input_batch: inputs.pipeline.InputBatch of one update: the global batch times
-        `optimization.accumulate_steps` (that many micro-batches, each split over the towers).
+      input_batch: inputs.pipeline.InputBatch of one update: the batch x accumulate_steps
+        (that many micro-batches, each split over the towers); its records_per_step an epoch.
       make_model_fn: callable(batch_norm_decay) -> model_fn(images, labels) -> ModelOutputs.
       optimization: settings.OptimizationSettings (settings.with_defaults): its plan (None:
         one stage), schedule and accumulate_steps; tower_devices: one device name per tower.
-      examples_per_epoch: examples in the training subset (the schedule decays per epoch).
+      examples_per_epoch: examples in the training subset (the schedule decays per epoch);
       histograms: add gradient and variable histograms to the summaries (costly).
       wrap_optimizer: optional callable(optimizer, moving_average, variables) -> an optimizer
-        whose apply_gradients also updates `moving_average` of `variables` (synchronous
-        replicas: distributed/worker.py); never with the next or all_reduce (config/rules.py).
-      initial_loss_scale: dynamic loss scaling (loss_scaling.py) from this scale; None: off.
+        whose apply_gradients also updates `moving_average` (distributed/worker.py).
+      initial_loss_scale: dynamic loss scaling (loss_scaling.py) from this scale; None: off;
       variable_device: where the variables, the gradient averaging and the updates run
         (devices.py decides); with `all_reduce`, the first tower's device.
       stage_inputs: copy each tower's input to its device a step ahead (gpu_prefetch.py; GPUs).
       learning_rate: a scalar float32 tensor every stage uses instead of its own rate (the
         range test feeds it); None: the schedules; max_steps: where a cosine one reaches zero.
-      all_reduce: all_reduce.AllReduceSpec of replicated variables (copies.py), or None.
+      all_reduce: all_reduce.AllReduceSpec of replicated variables (copies.py), or None;
+      updates_statistics: False: another process updates the moving statistics and position.
     Returns TrainGraph; raises plans.PlanError for a stage whose loss reaches no variable.
     """
     plan = optimization.training_plan().validate()
-    assert wrap_optimizer is None or (initial_loss_scale is None and all_reduce is None)
-    examples_per_step = int(input_batch.images.shape[0])
     global_step = tf1.train.get_or_create_global_step()
     with tf.device(variable_device):
-        run_schedule, schedule = _schedule(optimization, examples_per_epoch / examples_per_step,
-                                           max_steps, learning_rate, global_step)
+        run_schedule, schedule = schedules.schedule_and_rate(
+            optimization, examples_per_epoch / input_batch.records_per_step, max_steps,
+            learning_rate, global_step)
         bn_decay = averages.warmed_up_decay(recipe.BATCH_NORM_DECAY, global_step)
     copies, reducer = _replication(tower_devices, all_reduce)
     towers, staged = micro_batches.build_towers(
@@ -144,39 +145,31 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices,
     with tf.device(variable_device):
         moving_average = averages.averages_of_every_variable(global_step, copies)
         loss_scale = initial_loss_scale and loss_scaling.create_loss_scale(initial_loss_scale)
-    shared = _SharedParts(towers, regularization, schedule, bn_decay, global_step,
-                          moving_average, _step_extras(towers, staged, input_batch),
-                          input_batch, histograms, len(plan.stages) == 1, variable_device,
-                          wrap_optimizer, loss_scale, learning_rate is not None, plan,
-                          run_schedule, copies, reducer,
-                          clipping.counter_if(optimization.clip_gradient_norm, variable_device))
-    stage_ops = [_build_stage(stage, index, shared) for index, stage in enumerate(plan.stages)]
-    micro_batches.one_micro_batch_at_a_time(towers, stage_ops, len(tower_devices))
+    shared = _SharedParts(
+        towers, regularization, schedule, bn_decay, global_step, moving_average,
+        [staged.put_op] if staged else [], after_update.statistics_updates(
+            towers, updates_statistics), input_batch, updates_statistics, histograms,
+        len(plan.stages) == 1, variable_device, wrap_optimizer, loss_scale,
+        learning_rate is not None, plan, run_schedule, copies, reducer,
+        clipping.counter_if(optimization.clip_gradient_norm, variable_device))
+    stage_ops = _build_stages(plan, shared, len(tower_devices))
     return TrainGraph(global_step=global_step, plan=plan, stages=stage_ops,
                       corrupt_records=input_batch.corrupt_records,
                       input_initializer=input_batch.initializer, moving_average=moving_average,
-                      examples_per_step=examples_per_step, loss_scaled=loss_scale is not None,
+                      examples_per_step=int(input_batch.images.shape[0]),
+                      loss_scaled=loss_scale is not None,
                       input_fill=staged.put_op if staged else None,
                       input_position=input_batch.position, towers=tuple(towers),
                       copy_to_replicas=copies.fill_op() if copies else None,
                       clipped_updates=shared.clipped_updates and shared.clipped_updates.counter)
 
 
-def _step_extras(towers, staged, input_batch):
-    """What runs with every step beside the update: the batch-norm statistics, the next staged
-    input, and the input position's advance by the step's examples."""
-    extras = towers_lib.batch_norm_updates(towers) + ([staged.put_op] if staged else [])
-    if input_batch.position is not None:
-        extras.append(input_batch.position.assign_add(int(input_batch.images.shape[0]),
-                                                      name="advance_input_position"))
-    return extras
-
-
-def _schedule(optimization, steps_per_epoch, max_steps, learning_rate, global_step):
-    """(schedules.Schedule of the run, the rate tensor: `learning_rate` when fed)."""
-    run_schedule = schedules.run_schedule(optimization, steps_per_epoch, max_steps)
-    return run_schedule, (learning_rate if learning_rate is not None
-                          else schedules.rate_tensor(run_schedule, global_step))
+def _build_stages(plan, shared, num_towers):
+    """A StageOps per stage of `plan`; micro-batches and moving statistics ordered after."""
+    stage_ops = [_build_stage(stage, index, shared) for index, stage in enumerate(plan.stages)]
+    micro_batches.one_micro_batch_at_a_time(shared.towers, stage_ops, num_towers)
+    after_update.order_statistics(shared.statistics, stage_ops)
+    return stage_ops
 
 
 def _replication(tower_devices, all_reduce):
@@ -196,8 +189,10 @@ class _SharedParts:
     bn_decay: tf.Tensor
     global_step: tf.Variable
     moving_average: tf1.train.ExponentialMovingAverage
-    step_extras: list  # run with every step: batch-norm statistics, the next staged input
+    step_extras: list  # run with every step: the next staged input
+    statistics: list  # batch-norm moving statistics' updates, after the update (one stage)
     input_batch: object
+    advances_position: bool  # its position, if tracked, advanced by this process each step
     histograms: bool
     single_stage: bool
     variable_device: str = DEFAULT_VARIABLE_DEVICE
@@ -209,6 +204,11 @@ class _SharedParts:
     copies: copies_lib.VariableCopies = None  # replicated variables; None: parameter_server
     reducer: all_reduce_lib.GradientReducer = None  # sums the copies' gradients
     clipped_updates: clipping.ClippedUpdates = None  # None: no clipping
+
+    def __post_init__(self):
+        # Synchronous replicas apply their own update: never loss-scaled or replicated
+        # (config/rules.py refuses those runs).
+        assert self.wrap_optimizer is None or (self.loss_scale is None and self.copies is None)
 
 
 def _build_stage(stage, index, shared):
@@ -240,12 +240,17 @@ def _build_stage(stage, index, shared):
                 applied, clipped_count = clipped.gradients, clipped.count
                 extras.append(clipped_count.op)
             update_ops = _update_ops(optimizer, applied.to_apply, shared)
-            train_op = tf.group(*update_ops, *extras, name="train_op")
+            update_op = tf.group(*update_ops, name="update")
+            train_op = tf.group(update_op, *extras, *shared.statistics,
+                                *after_update.position_advance(
+                                    shared.input_batch, shared.advances_position, update_op),
+                                name="train_op")
         summary_op = summaries.step_summaries(
             shared.towers, tower_totals, stage.loss_terms, index, mean_loss, learning_rate,
             gradients.grads_and_vars, shared.input_batch, shared.regularization,
             shared.bn_decay, shared.loss_scale, shared.histograms, clipped_count)
-    return StageOps(stage=stage, train_op=train_op, tower_losses=tower_losses,
+    return StageOps(stage=stage, train_op=train_op, update_op=update_op,
+                    tower_losses=tower_losses,
                     tower_gradient_norms=gradients.tower_norms, mean_loss=mean_loss,
                     learning_rate=learning_rate, summary_op=summary_op,
                     variables=[v.op.name for v in trained], skipped=gradients.skipped)

@@ -1,13 +1,16 @@
 """A training run's directory, and how every tool finds what is in it.
 
 ```
-<train_dir>/model_settings.json        the model section and data directory of the run
+<train_dir>/model_settings.json        the model section and data directory of the run, and
+                                       how its updates are made (workers, batch, micro-batches)
 <train_dir>/checkpoint                 TensorFlow's list of checkpoints (names relative to here)
 <train_dir>/model.ckpt-<step>.*        checkpoints
 <train_dir>/model.ckpt-<step>.unusable.*   set aside: damaged, not finite, or written as the
                                        run diverged (kept, never deleted; rename to retry)
 <train_dir>/checkpoint_health.json     what each save recorded: its step's loss, gradient norm,
                                        and whether the loss was climbing
+<train_dir>/progress.json              the step the chief last logged (a resumed run says how many
+                                       steps it trains again)
 <train_dir>/start/model.ckpt-0.*       the weights a fresh run started from (a rollback before
                                        the first checkpoint restores them)
 ```
@@ -27,6 +30,7 @@ import tensorflow as tf
 
 from common import files
 from inception.config.settings import ModelSettings
+from inception.config.update_shape import UpdateShape
 from inception.run import checkpoint_io
 from inception.run import health
 from inception.run.checkpoint_io import CheckpointError
@@ -44,9 +48,11 @@ START_DIR = "start"
 @dataclasses.dataclass(frozen=True)
 class StoredRun:
     """What a run's settings file holds: the model section of its settings (what builds the
-    network) and the data directory it trained on."""
+    network), the data directory it trained on, and the UpdateShape of its last run (None in
+    files written before it was stored)."""
     model: ModelSettings
     data_dir: str
+    update: UpdateShape = None
 
 
 class RunDirectory:
@@ -82,7 +88,9 @@ class RunDirectory:
         try:
             payload = json.loads(files.read_text(path))
             data_dir = payload.pop("data_dir", "")
-            return StoredRun(model=ModelSettings(**payload), data_dir=data_dir)
+            update = payload.pop("update", None)
+            return StoredRun(model=ModelSettings(**payload), data_dir=data_dir,
+                             update=UpdateShape(**update) if update else None)
         except (ValueError, TypeError) as error:
             raise CheckpointError(f"{path} is damaged ({error}); restore it from a backup or "
                                   "delete it to use the flags' settings.") from None
@@ -100,10 +108,11 @@ class RunDirectory:
         return stored
 
     def write_settings(self, settings):
-        """Writes the settings file from the run's resolved TrainSettings (its model section
-        and data directory), atomically and only when it changes. CheckpointError naming the
-        file when it cannot be written (the old one stays)."""
-        payload = dict(dataclasses.asdict(settings.model), data_dir=settings.data.data_dir)
+        """Writes the settings file from the run's resolved TrainSettings (its model section,
+        data directory and UpdateShape), atomically and only when it changes. CheckpointError
+        naming the file when it cannot be written (the old one stays)."""
+        payload = dict(dataclasses.asdict(settings.model), data_dir=settings.data.data_dir,
+                       update=dataclasses.asdict(UpdateShape.of(settings)))
         text = json.dumps(payload, indent=2, sort_keys=True) + "\n"
         path = self.file(SETTINGS_FILE)
         if tf.io.gfile.exists(path) and files.read_text(path) == text:

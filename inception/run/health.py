@@ -7,6 +7,9 @@ verified once the first step trained from it was sound; after a divergence
 `HealthRecords.last_healthy` picks the checkpoint to name, resume from and roll back to. The
 records live in `<train_dir>/checkpoint_health.json`; they are advisory: a missing or damaged
 file never stops a run (checkpoints without a record count as verified).
+
+The chief also records the step it last logged (`<train_dir>/progress.json`, record_progress),
+so that a run resumed after a crash says how many steps since its checkpoint it trains again.
 """
 
 import dataclasses
@@ -20,6 +23,25 @@ from common import files
 from inception.run.checkpoint_io import step_of
 
 HEALTH_FILE = "checkpoint_health.json"
+PROGRESS_FILE = "progress.json"
+
+
+def record_progress(directory, step):
+    """Records that the run in `directory` (a RunDirectory) reached `step`; best effort, as
+    the record is only advice for the next resume."""
+    try:
+        files.write_text_atomically(directory.file(PROGRESS_FILE),
+                                    json.dumps({"step": step}) + "\n")
+    except (OSError, tf.errors.OpError):
+        pass
+
+
+def recorded_progress(directory):
+    """The step the run in `directory` last recorded reaching, or None."""
+    try:
+        return int(json.loads(files.read_text(directory.file(PROGRESS_FILE)))["step"])
+    except (OSError, tf.errors.OpError, ValueError, KeyError, TypeError):
+        return None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -76,8 +76,8 @@ class TfConfigTest(unittest.TestCase):
     def from_env(self, task, cluster=None, **flags):
         values = dict(job_name="", task_id=0, ps_hosts=[], worker_hosts=[])
         values.update(flags)
-        return cluster_lib.cluster_settings(
-            **values, tf_config=json.dumps({"cluster": cluster or self.CLUSTER, "task": task}))
+        return cluster_lib.cluster_settings(**values, environment={
+            "TF_CONFIG": json.dumps({"cluster": cluster or self.CLUSTER, "task": task})})
 
     def test_the_task_and_cluster_come_from_tf_config_without_flags(self):
         settings = self.from_env({"type": "worker", "index": 1})
@@ -113,8 +113,9 @@ class TfConfigTest(unittest.TestCase):
         for text, pattern in cases:
             with self.subTest(text=text):
                 with self.assertRaisesRegex(cluster_lib.ClusterConfigError, pattern):
-                    cluster_lib.cluster_settings("", 0, [], [], tf_config=text)
-        self.assertIsNone(cluster_lib.cluster_settings("", 0, [], [], tf_config="  "))
+                    cluster_lib.cluster_settings("", 0, [], [], environment={"TF_CONFIG": text})
+        self.assertIsNone(cluster_lib.cluster_settings("", 0, [], [],
+                                                       environment={"TF_CONFIG": "  "}))
 
     def test_workers_without_ps_tasks_are_an_all_reduce_cluster(self):
         settings = self.from_env({"type": "worker", "index": 0},
@@ -135,6 +136,45 @@ class TfConfigTest(unittest.TestCase):
                                     r"^TF_CONFIG's task index=2 but TF_CONFIG's chief and worker "
                                     r"list lists 2 task\(s\)"):
             self.from_env({"type": "worker", "index": 2})
+
+
+class JobSetTest(unittest.TestCase):
+    """A JobSet pod's environment, as deploy/kubernetes/jobset.yaml sets it."""
+
+    def environment(self, index, completions=3, **extra):
+        return dict({"JOB_COMPLETION_INDEX": str(index), "JOB_COMPLETIONS": str(completions),
+                     "JOBSET_NAME": "inception", "REPLICATED_JOB_NAME": "workers"}, **extra)
+
+    def test_the_task_is_the_completion_index_and_the_peers_the_stable_host_names(self):
+        settings = cluster_lib.cluster_settings("", 0, [], [], cluster_port=2345,
+                                                environment=self.environment(2))
+        self.assertEqual((settings.job_name, settings.task_id), ("worker", 2))
+        self.assertEqual(settings.worker_hosts, tuple(
+            f"inception-workers-0-{task}.inception:2345" for task in range(3)))
+        self.assertTrue(settings.collective)
+        self.assertTrue(cluster_lib.cluster_settings(
+            "", 0, [], [], environment=self.environment(0)).is_chief)
+        other = cluster_lib.cluster_settings("", 0, [], [], environment=self.environment(
+            1, JOBSET_SUBDOMAIN="net"))
+        self.assertEqual(other.address, "inception-workers-0-1.net:2222")
+
+    def test_one_pod_trains_alone_and_flags_win(self):
+        self.assertIsNone(cluster_lib.cluster_settings("", 0, [], [],
+                                                       environment=self.environment(0, 1)))
+        flagged = cluster_lib.cluster_settings("worker", 1, [], ["a:1", "b:1"],
+                                               environment=self.environment(0))
+        self.assertEqual((flagged.task_id, flagged.worker_hosts), (1, ("a:1", "b:1")))
+
+    def test_a_missing_variable_is_one_line_naming_the_manifest(self):
+        broken = self.environment(0)
+        del broken["JOB_COMPLETIONS"]
+        with self.assertRaisesRegex(cluster_lib.ClusterConfigError,
+                                    "JOB_COMPLETIONS.*deploy/kubernetes/jobset.yaml"):
+            cluster_lib.cluster_settings("", 0, [], [], environment=broken)
+        with self.assertRaisesRegex(cluster_lib.ClusterConfigError,
+                                    "the JobSet's task index=5 but the JobSet's worker list "
+                                    r"lists 3 task\(s\)"):
+            cluster_lib.cluster_settings("", 0, [], [], environment=self.environment(5))
 
 
 if __name__ == "__main__":

@@ -49,6 +49,7 @@ TOLERANCE = 2e-6
 # The other worker's collective fails within a second of a peer's end (gRPC fail-fast,
 # measured 0.1 s on loopback); the rest is the process's own exit.
 LOST_WORKER_BOUND_SECS = 30
+SEEDED = ("--seed=1", "--deterministic")  # runs that repeat themselves bit for bit
 DATA_DIR = None
 
 
@@ -302,9 +303,9 @@ def collective_cluster(train_dir, max_steps, extra_flags=()):
 
 class CollectiveClusterRunTest(unittest.TestCase):
 
-    def test_a_run_a_signal_and_a_resume(self):
+    def test_a_signal_then_a_resume_is_the_run_never_stopped(self):
         train_dir = testing_utils.temp_dir("collective_train")
-        with collective_cluster(train_dir, max_steps=100_000) as cluster:
+        with collective_cluster(train_dir, max_steps=100_000, extra_flags=SEEDED) as cluster:
             codes, outputs = local_cluster.stop_worker_1_by_signal(cluster, RUN_TIMEOUT_SECS)
         self.assertEqual(codes, {"worker0": RESTART_EXIT_CODE, "worker1": RESTART_EXIT_CODE},
                          outputs)
@@ -321,7 +322,7 @@ class CollectiveClusterRunTest(unittest.TestCase):
         names = tf.train.load_checkpoint(saved).get_variable_to_dtype_map()
         self.assertFalse([name for name in names if name.startswith(copies_lib.COPY_PREFIX)])
 
-        with collective_cluster(train_dir, max_steps=step + 2) as cluster:
+        with collective_cluster(train_dir, max_steps=step + 2, extra_flags=SEEDED) as cluster:
             codes = cluster.wait_all(list(cluster.processes), RUN_TIMEOUT_SECS)
             outputs = {name: cluster.output(name) for name in cluster.processes}
         self.assertEqual(codes, {"worker0": 0, "worker1": 0}, outputs)
@@ -334,6 +335,12 @@ class CollectiveClusterRunTest(unittest.TestCase):
         latest = RunDirectory(train_dir).newest()
         self.assertEqual(int(tf.train.load_checkpoint(latest).get_tensor("global_step")),
                          step + 2)
+        # The stopped and resumed cluster wrote what a cluster never stopped writes.
+        straight_dir = testing_utils.temp_dir("collective_straight")
+        with collective_cluster(straight_dir, max_steps=step + 2, extra_flags=SEEDED) as cluster:
+            codes = cluster.wait_all(list(cluster.processes), RUN_TIMEOUT_SECS)
+        self.assertEqual(codes, {"worker0": 0, "worker1": 0})
+        local_cluster.assert_same_checkpoints(self, train_dir, straight_dir)
 
     def test_a_killed_worker_stops_the_other_with_one_line(self):
         train_dir = testing_utils.temp_dir("collective_killed")

@@ -34,6 +34,7 @@ tf1 = tf.compat.v1
 # A parameter server notices a lost worker within PROBE_INTERVAL_SECS * PROBE_FAILURES (plus
 # its probes' time); the other tasks' calls to it then fail at once.
 LOST_WORKER_BOUND_SECS = 45
+SEEDED = ("--seed=1", "--deterministic")  # runs that repeat themselves bit for bit
 DATA_DIR = None
 
 
@@ -42,9 +43,10 @@ def setUpModule():
     DATA_DIR = testing_utils.tiny_demo_data(train=24, validation=10)
 
 
-def LocalCluster(train_dir, max_steps):  # pylint: disable=invalid-name
+def LocalCluster(train_dir, max_steps, extra_flags=()):  # pylint: disable=invalid-name
     """The cluster of these tests: one parameter server and two workers."""
-    return local_cluster.LocalCluster(DATA_DIR, train_dir, max_steps, num_ps=1)
+    return local_cluster.LocalCluster(DATA_DIR, train_dir, max_steps, num_ps=1,
+                                      extra_flags=extra_flags)
 
 
 class ClusterRunTest(unittest.TestCase):
@@ -108,9 +110,9 @@ class ClusterRunTest(unittest.TestCase):
                          f"worker 0 after step \\d+: lost contact with the cluster .*"
                          f"not answering now: .*worker 1 at {worker1}.*Stop every task")
 
-    def test_a_signalled_worker_stops_the_cluster_and_the_chief_saves(self):
+    def test_a_signal_stops_every_task_and_the_resumed_run_is_the_run_never_stopped(self):
         train_dir = testing_utils.temp_dir("cluster_signal")
-        with LocalCluster(train_dir, max_steps=100_000) as cluster:
+        with LocalCluster(train_dir, max_steps=100_000, extra_flags=SEEDED) as cluster:
             codes, outputs = local_cluster.stop_worker_1_by_signal(cluster,
                                                                    LOST_WORKER_BOUND_SECS)
         # A preemption: every task exits with the restart code, the parameter server too.
@@ -119,6 +121,15 @@ class ClusterRunTest(unittest.TestCase):
         self.assertIn("stopped by SIGTERM", outputs["worker1"])
         step, _ = local_cluster.chief_saved_after_peer_stop(self, outputs["worker0"], train_dir)
         self.assertEqual(step_lines(outputs["worker1"])[-1][0], step)
+
+        with LocalCluster(train_dir, max_steps=step + 2, extra_flags=SEEDED) as cluster:
+            codes = cluster.wait_all(list(cluster.processes), RUN_TIMEOUT_SECS)
+        self.assertEqual(codes, {"ps0": 0, "worker0": 0, "worker1": 0})
+        straight_dir = testing_utils.temp_dir("cluster_straight")
+        with LocalCluster(straight_dir, max_steps=step + 2, extra_flags=SEEDED) as cluster:
+            codes = cluster.wait_all(list(cluster.processes), RUN_TIMEOUT_SECS)
+        self.assertEqual(codes, {"ps0": 0, "worker0": 0, "worker1": 0})
+        local_cluster.assert_same_checkpoints(self, train_dir, straight_dir)
 
 
     def test_the_chiefs_early_stopping_ends_every_task_with_status_0(self):

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import tensorflow as tf
 
 from inception.config import cluster as cluster_lib
@@ -145,6 +146,18 @@ def chief_saved_after_peer_stop(test, chief_output, train_dir):
     test.assertEqual(saved, RunDirectory(train_dir).newest())
     test.assertEqual(int(tf.train.load_checkpoint(saved).get_tensor("global_step")), step)
     return step, saved
+
+
+def assert_same_checkpoints(test, train_dir, other_dir):
+    """Checks with `test` that the newest checkpoints of two runs hold the same variables with
+    bit-identical values."""
+    readers = [tf.train.load_checkpoint(RunDirectory(directory).newest())
+               for directory in (train_dir, other_dir)]
+    names = [reader.get_variable_to_dtype_map() for reader in readers]
+    test.assertEqual(sorted(names[0]), sorted(names[1]))
+    differ = [name for name in names[0]
+              if not np.array_equal(readers[0].get_tensor(name), readers[1].get_tensor(name))]
+    test.assertEqual(differ, [], f"{len(differ)} of {len(names[0])} tensors differ")
 
 
 def step_lines(output):

@@ -69,7 +69,9 @@ class ShortRunTest(unittest.TestCase):
         with open(os.path.join(train_dir, SETTINGS_FILE), encoding="utf-8") as handle:
             stored = json.load(handle)
         self.assertEqual(stored, {"dataset": "demo", "data_dir": DATA_DIR, "image_size": 107,
-                                  "depth_multiplier": 0.1, "num_classes": 6})
+                                  "depth_multiplier": 0.1, "num_classes": 6,
+                                  "update": {"replicas": 1, "towers": 2, "batch_size": 4,
+                                             "accumulate_steps": 1}})
 
         lines = []
         resumed = launch.train(settings_lib.train_settings(

@@ -1,14 +1,11 @@
 """The input pipeline: crops, damaged records, shards from elsewhere, determinism, balanced
 sampling."""
 
-import io
-import os
 import unittest
 
 import numpy as np
 import tensorflow as tf
 from absl.testing import absltest
-from PIL import Image
 
 from data import tfrecord_format
 from inception.config import recipe
@@ -17,24 +14,13 @@ from inception.inputs import label_weights
 from inception.inputs import pipeline
 from inception.inputs import preprocessing
 from tests import testing_utils
+from tests.inputs.records import jpeg_bytes
+from tests.inputs.records import record
+from tests.inputs.records import write_shard
 
 tf1 = tf.compat.v1
 NUM_CLASSES = 4
 SIZE = 32
-
-
-def jpeg_bytes(seed, width=48, height=40):
-    rng = np.random.RandomState(seed)
-    pixels = rng.randint(0, 256, size=(height, width, 3)).astype(np.uint8)
-    buffer = io.BytesIO()
-    Image.fromarray(pixels).save(buffer, format="JPEG")
-    return buffer.getvalue()
-
-
-def record(encoded, label, name, boxes=()):
-    return tfrecord_format.make_example(tfrecord_format.ImageRecord(
-        encoded_jpeg=encoded, label=label, text=f"class{label}", height=40, width=48,
-        filename=name, boxes=boxes)).SerializeToString()
 
 
 def original_key_set_record(encoded, label, name):
@@ -53,14 +39,6 @@ def original_key_set_record(encoded, label, name):
         "image/encoded": feature("bytes", encoded),
     }
     return tf.train.Example(features=tf.train.Features(feature=features)).SerializeToString()
-
-
-def write_shard(directory, records, split="train", index=0, total=1):
-    path = os.path.join(directory, tfrecord_format.shard_name(split, index, total))
-    with tf.io.TFRecordWriter(path) as writer:
-        for serialized in records:
-            writer.write(serialized)
-    return path
 
 
 def read_all(batch):

@@ -14,6 +14,7 @@ from absl.testing import absltest
 from inception.config import plans
 from inception.loop import resume
 from inception.run import checkpoint_io
+from inception.run.directory import RunDirectory
 from tests import testing_utils
 
 tf1 = tf.compat.v1
@@ -221,6 +222,32 @@ class ResumeTest(unittest.TestCase):
                                     "net/logits/weights.* use the flags it was trained with"):
             resumed(path, make_model_fn=lambda decay: testing_utils.small_conv_model_fn(
                 num_classes=5))
+
+
+
+class StepsTrainedAgainTest(unittest.TestCase):
+
+    def test_a_resume_after_a_crash_says_how_many_steps_it_trains_again(self):
+        train_dir = testing_utils.temp_dir("crashed")
+        testing_utils.train_small_model(train_dir, 3, save_checkpoint_steps=2,
+                                        log_every_n_steps=1)
+        directory = RunDirectory(train_dir)
+        for path in tf.io.gfile.glob(directory.prefix(3) + ".*"):  # as if it died after step 3
+            os.remove(path)
+        directory.rewrite_state([directory.prefix(2)])
+        lines = []
+        testing_utils.train_small_model(train_dir, 4, save_checkpoint_steps=2,
+                                        log_every_n_steps=1, log=lines.append)
+        resumed = [line for line in lines if "resumed from" in line]
+        self.assertEqual(len(resumed), 1, lines)
+        self.assertIn(f"resumed from {directory.prefix(2)} (step 2); the run had reached step 3, "
+                      "so the 1 step(s) since that checkpoint are trained again", resumed[0])
+        # Resumed from where it stopped: nothing to train again, nothing said.
+        lines = []
+        testing_utils.train_small_model(train_dir, 5, save_checkpoint_steps=2,
+                                        log_every_n_steps=1, log=lines.append)
+        self.assertTrue(any(line.endswith(f"resumed from {directory.prefix(4)} (step 4)")
+                            for line in lines), lines)
 
 
 if __name__ == "__main__":

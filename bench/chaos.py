@@ -1,0 +1,175 @@
+"""Chaos: loopback clusters whose tasks are killed at random steps and started again by a
+supervisor (bench/supervisor.py), against the same cluster never interrupted.
+
+    python3 -m bench.chaos --output_json=bench/results/chaos-cpu-2core.json
+
+For each configuration (2 and 4 workers, all-reduce and parameter server) it trains a seeded,
+deterministic tiny Inception v3 straight to --steps, then again while a random task gets
+SIGTERM or SIGKILL (alternately) at a random step, --faults times, each time restarted as a
+scheduler would. It reports the tensors of the final checkpoint that differ from the straight
+run's, the steps trained twice (since the last checkpoint; a SIGTERM saves first), the seconds
+from the fault to every task's exit (all with the restart code), and from the restart to the
+first step trained again. Run by hand from the repository root with the project's environment.
+"""
+
+import argparse
+import json
+import os
+import random
+import re
+import signal
+import tempfile
+import time
+
+import numpy as np
+
+from bench.supervisor import LoopbackCluster
+from bench.supervisor import RESTART_EXIT_CODE
+from bench.supervisor import Supervisor
+from common import machine
+from data import demo_data
+
+CONFIGURATIONS = {"all_reduce_2": (2, 0), "all_reduce_4": (4, 0),
+                  "parameter_server_2": (2, 1), "parameter_server_4": (4, 1)}
+STEP_LINE = re.compile(r": step (\d+), loss")
+RESUMED = re.compile(r"resumed from \S+ \(step (\d+)\)(?:; the run had reached step (\d+))?")
+STAMPED_STEP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d): step \d+, loss", re.M)
+
+
+def training_flags(args, data_dir, train_dir):
+    """The flags of every worker of a configuration's runs."""
+    return [f"--data_dir={data_dir}", "--dataset=demo", f"--train_dir={train_dir}",
+            f"--max_steps={args.steps}", "--image_size=107", "--depth_multiplier=0.1",
+            "--batch_size=4", "--num_gpus=1", "--seed=1", "--deterministic",
+            "--log_every_n_steps=1", "--eval_every_n_steps=0", "--save_summaries_steps=0",
+            f"--save_checkpoint_steps={args.save_every}", "--save_interval_secs=0",
+            "--step_timeout_secs=120", "--startup_timeout_secs=300"]
+
+
+class Faults:
+    """Signals a random task at a random step of the chief's log, `count` times, alternating
+    SIGTERM and SIGKILL; records what each fault cost."""
+
+    def __init__(self, count, steps, rng):
+        self.rng, self.steps = rng, steps
+        self.pending = [signal.SIGTERM if index % 2 == 0 else signal.SIGKILL
+                        for index in range(count)]
+        self.target = None
+        self.records = []
+
+    def __call__(self, cluster):
+        if not self.pending:
+            return
+        reached = [int(step) for step in STEP_LINE.findall(cluster.output("worker0"))]
+        if self.target is None:
+            start = reached[-1] if reached else 0
+            if start + 1 >= self.steps - 1:
+                self.pending = []  # too near the end for another fault
+                return
+            self.target = self.rng.randint(start + 1, min(start + 3, self.steps - 1))
+        if not reached or reached[-1] < self.target:
+            return
+        number, task = self.pending.pop(0), self.rng.choice(sorted(cluster.commands))
+        self.records.append({"signal": signal.Signals(number).name, "task": task,
+                             "at_step": reached[-1], "at": time.time()})
+        cluster.send(task, number)
+        self.target = None
+
+
+def run_configuration(name, args, data_dir, rng):
+    """One configuration's straight and chaotic runs; returns its report."""
+    workers, num_ps = CONFIGURATIONS[name]
+    with tempfile.TemporaryDirectory() as root:
+        straight_dir, chaos_dir = os.path.join(root, "straight"), os.path.join(root, "chaos")
+        straight = LoopbackCluster(workers, num_ps, training_flags(args, data_dir, straight_dir),
+                                   tempfile.mkdtemp(dir=root))
+        if any(Supervisor(straight).run().values()):
+            raise RuntimeError(f"{name}: the straight run failed:\n"
+                               f"{straight.output('worker0')[-3000:]}")
+        cluster = LoopbackCluster(workers, num_ps, training_flags(args, data_dir, chaos_dir),
+                                  tempfile.mkdtemp(dir=root))
+        faults = Faults(args.faults, args.steps, rng)
+        supervisor = Supervisor(cluster)
+        final = supervisor.run(while_running=faults)
+        if any(code != 0 for code in final.values()):
+            raise RuntimeError(f"{name}: the cluster ended with {final}:\n"
+                               f"{cluster.output('worker0')[-3000:]}")
+        for index, (fault, codes) in enumerate(zip(faults.records, supervisor.restarts)):
+            fault["exit_codes"] = sorted(set(codes.values()))
+            fault["seconds_to_every_exit"] = supervisor.ends[index] - fault.pop("at")
+            fault.update(restart_costs(cluster.output("worker0", index + 2),
+                                       supervisor.starts[index + 1], fault["at_step"]))
+        return {"faults": faults.records, "restarts": len(supervisor.restarts),
+                "differing_tensors": differing_tensors(straight_dir, chaos_dir)}
+
+
+def restart_costs(chief_output, started, reached_before):
+    """{resumed_at_step, steps_redone, seconds_to_train_again} of one restart, from the
+    chief's output of that start (started at time `started`) and the step it had logged last
+    before the fault."""
+    resumed = RESUMED.search(chief_output)
+    step = int(resumed.group(1)) if resumed else 0
+    reached = int(resumed.group(2)) if resumed and resumed.group(2) else step
+    first = STAMPED_STEP.search(chief_output)
+    trained_again = (time.mktime(time.strptime(first.group(1), "%Y-%m-%d %H:%M:%S")) - started
+                     if first else None)
+    return {"resumed_at_step": step, "steps_redone": max(reached, reached_before) - step,
+            "seconds_to_train_again": trained_again}
+
+
+def differing_tensors(straight_dir, chaos_dir):
+    """How many tensors of the two runs' newest checkpoints differ (by any bit)."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from inception.run.directory import RunDirectory  # pylint: disable=import-outside-toplevel
+    readers = [tf.train.load_checkpoint(RunDirectory(path).newest())
+               for path in (straight_dir, chaos_dir)]
+    names = readers[0].get_variable_to_dtype_map()
+    return sum(1 for name in names if not np.array_equal(readers[0].get_tensor(name),
+                                                         readers[1].get_tensor(name)))
+
+
+def summary(reports):
+    """The README's table: one row per configuration."""
+    rows = ["| configuration | faults (signal, task, step) | tensors that differ | steps "
+            "redone | s from fault to every exit | s from restart to training again |",
+            "| --- | --- | --- | --- | --- | --- |"]
+    for name, report in reports.items():
+        faults = report["faults"]
+        described = ", ".join("{signal} {task} at {at_step}".format(**fault) for fault in faults)
+        redone = ", ".join(str(fault["steps_redone"]) for fault in faults)
+        exits = ", ".join(f"{fault['seconds_to_every_exit']:.1f}" for fault in faults)
+        again = ", ".join(f"{fault['seconds_to_train_again']:.0f}" for fault in faults
+                          if fault["seconds_to_train_again"] is not None)
+        rows.append(f"| {name} | {described} | {report['differing_tensors']} | {redone} | "
+                    f"{exits} | {again} |")
+    return "\n".join(rows)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--configurations", default=",".join(CONFIGURATIONS))
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--save_every", type=int, default=4, help="--save_checkpoint_steps")
+    parser.add_argument("--faults", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--output_json", default="")
+    args = parser.parse_args()
+    data_dir = demo_data.ensure_demo_data()
+    rng = random.Random(args.seed)
+    reports = {}
+    for name in args.configurations.split(","):
+        reports[name] = run_configuration(name, args, data_dir, rng)
+        print(f"{name}: {json.dumps(reports[name])}", flush=True)
+    print(summary(reports))
+    if args.output_json:
+        with open(args.output_json, "w", encoding="utf-8") as handle:
+            json.dump({"configurations": reports, "steps": args.steps,
+                       "save_checkpoint_steps": args.save_every,
+                       "restart_exit_code": RESTART_EXIT_CODE,
+                       "machine": f"{os.uname().machine} {machine.cpu_summary()}",
+                       "date": time.strftime("%Y-%m-%d")}, handle, indent=2)
+            handle.write("\n")
+
+
+if __name__ == "__main__":
+    main()

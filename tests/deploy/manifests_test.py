@@ -1,0 +1,156 @@
+"""The Kubernetes manifests and the Slurm script of deploy/: they parse, pass only flags the
+trainer has, and agree on the image, port, restart code and shared volume; the environment each
+scheduler gives a task describes the cluster it should."""
+
+import copy
+import json
+import os
+import re
+import unittest
+
+import yaml
+from absl import flags
+from absl.testing import absltest
+
+from inception import train  # defines the trainer's flags  # pylint: disable=unused-import
+from inception.config import cluster as cluster_lib
+
+DEPLOY = os.path.join(os.path.dirname(__file__), "..", "..", "deploy")
+# The exit statuses Kubeflow's training operator retries under restartPolicy ExitCode
+# (pkg/util/train/train_util.go: IsRetryableExitCode); everything else is permanent.
+KUBEFLOW_RETRYABLE = {130, 137, 143, 138}
+RESTART = cluster_lib.DEFAULT_RESTART_EXIT_CODE
+
+
+def load(name):
+    with open(os.path.join(DEPLOY, "kubernetes", name), encoding="utf-8") as handle:
+        return yaml.safe_load(handle)
+
+
+def flag_values(args):
+    """{flag: value} of `--flag=value` arguments, after checking that each is a flag of the
+    trainer and that it parses the value (a copy of the flag parses it)."""
+    values = dict(arg[2:].split("=", 1) for arg in args)
+    for name, value in values.items():
+        if name not in flags.FLAGS:
+            raise AssertionError(f"//inception:train has no flag --{name}")
+        copy.deepcopy(flags.FLAGS[name]).parse(value)
+    return values
+
+
+def jobset_pod(manifest):
+    job = manifest["spec"]["replicatedJobs"][0]["template"]["spec"]
+    return job, job["template"]["spec"], job["template"]["spec"]["containers"][0]
+
+
+class JobSetTest(unittest.TestCase):
+
+    def setUp(self):
+        self.manifest = load("jobset.yaml")
+        self.job, self.pod, self.container = jobset_pod(self.manifest)
+        self.args = flag_values(self.container["args"])
+
+    def test_the_restart_code_restarts_the_jobset_and_anything_else_fails_it(self):
+        rules = self.job["podFailurePolicy"]["rules"]
+        fail = [rule for rule in rules if rule["action"] == "FailJob"][0]["onExitCodes"]
+        self.assertEqual((fail["operator"], fail["values"]), ("NotIn", [RESTART]))
+        self.assertEqual(fail["containerName"], self.container["name"])
+        self.assertEqual(int(self.args["restart_exit_code"]), RESTART)
+        # A preempted pod counts as a failure (a restart), before its exit status is looked at.
+        self.assertEqual(rules[0]["onPodConditions"][0]["type"], "DisruptionTarget")
+        self.assertEqual(self.job["backoffLimit"], 0)
+        self.assertEqual(self.manifest["spec"]["failurePolicy"]["rules"][0],
+                         {"action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]})
+        self.assertGreaterEqual(self.pod["terminationGracePeriodSeconds"], 120)
+
+    def test_each_pod_finds_its_peers_by_the_jobsets_host_names(self):
+        self.assertEqual(self.job["completionMode"], "Indexed")
+        count = self.job["completions"]
+        self.assertEqual(self.job["parallelism"], count)
+        env = {item["name"]: item for item in self.container["env"]}
+        self.assertEqual(env["JOB_COMPLETIONS"]["value"], str(count))
+        self.assertIn("jobset.sigs.k8s.io/jobset-name",
+                      env["JOBSET_NAME"]["valueFrom"]["fieldRef"]["fieldPath"])
+        port = int(self.args["cluster_port"])
+        self.assertEqual(self.container["ports"][0]["containerPort"], port)
+        name = self.manifest["metadata"]["name"]
+        job_name = self.manifest["spec"]["replicatedJobs"][0]["name"]
+        environment = {"JOBSET_NAME": name, "REPLICATED_JOB_NAME": job_name,
+                       "JOB_COMPLETIONS": str(count), "JOB_COMPLETION_INDEX": "1"}
+        settings = cluster_lib.cluster_settings("", 0, [], [], cluster_port=port,
+                                                environment=environment)
+        self.assertEqual(settings.task_id, 1)
+        self.assertTrue(settings.collective)
+        self.assertEqual(settings.worker_hosts[count - 1],
+                         f"{name}-{job_name}-0-{count - 1}.{name}:{port}")
+
+    def test_the_train_dir_is_on_the_shared_volume(self):
+        self.assertTrue(shared_train_dir(self, self.args, self.container, self.pod))
+
+
+def shared_train_dir(test, args, container, pod):
+    """Checks that --train_dir lies on a mounted persistent volume claim; returns the claim."""
+    mounts = {mount["mountPath"]: mount["name"] for mount in container["volumeMounts"]}
+    path = [mount for mount in mounts if args["train_dir"].startswith(mount + "/")]
+    test.assertEqual(len(path), 1, args["train_dir"])
+    volumes = {volume["name"]: volume for volume in pod["volumes"]}
+    return volumes[mounts[path[0]]]["persistentVolumeClaim"]["claimName"]
+
+
+class TfJobTest(unittest.TestCase):
+
+    def setUp(self):
+        self.manifest = load("tfjob.yaml")
+        self.replicas = self.manifest["spec"]["tfReplicaSpecs"]
+
+    def test_kubeflow_retries_the_restart_code_and_every_task_is_alike(self):
+        self.assertIn(RESTART, KUBEFLOW_RETRYABLE)
+        self.assertNotIn("PS", self.replicas)  # an all-reduce cluster
+        for kind, spec in self.replicas.items():
+            with self.subTest(kind=kind):
+                self.assertEqual(spec["restartPolicy"], "ExitCode")
+                container = spec["template"]["spec"]["containers"][0]
+                self.assertEqual(container["name"], "tensorflow")  # what the operator reads
+                self.assertEqual(container["ports"][0]["name"], "tfjob-port")
+                args = flag_values(container["args"])
+                self.assertEqual(int(args["restart_exit_code"]), RESTART)
+                self.assertTrue(shared_train_dir(self, args, container, spec["template"]["spec"]))
+
+    def test_the_operators_tf_config_gives_the_chief_worker_0(self):
+        port = self.replicas["Chief"]["template"]["spec"]["containers"][0]["ports"][0][
+            "containerPort"]
+        workers = self.replicas["Worker"]["replicas"]
+        cluster = {"chief": [f"inception-chief-0:{port}"],
+                   "worker": [f"inception-worker-{i}:{port}" for i in range(workers)]}
+        chief = cluster_lib.cluster_settings("", 0, [], [], environment={"TF_CONFIG": json.dumps(
+            {"cluster": cluster, "task": {"type": "chief", "index": 0}})})
+        self.assertTrue(chief.is_chief)
+        self.assertEqual(chief.num_workers, workers + 1)
+
+
+class AgreementTest(unittest.TestCase):
+
+    def test_both_manifests_and_the_slurm_script_agree(self):
+        _, pod, jobset = jobset_pod(load("jobset.yaml"))
+        tfjob_pod = load("tfjob.yaml")["spec"]["tfReplicaSpecs"]["Chief"]["template"]["spec"]
+        tfjob = tfjob_pod["containers"][0]
+        self.assertEqual(jobset["image"], tfjob["image"])
+        self.assertEqual(jobset["command"], tfjob["command"])
+        self.assertEqual(jobset["ports"][0]["containerPort"], tfjob["ports"][0]["containerPort"])
+        jobset_args, tfjob_args = flag_values(jobset["args"]), flag_values(tfjob["args"])
+        for name in ("train_dir", "data_dir", "batch_size", "num_gpus", "restart_exit_code"):
+            self.assertEqual(jobset_args[name], tfjob_args[name], name)
+        self.assertEqual(shared_train_dir(self, jobset_args, jobset, pod),
+                         shared_train_dir(self, tfjob_args, tfjob, tfjob_pod))
+        with open(os.path.join(DEPLOY, "slurm", "train.sbatch"), encoding="utf-8") as handle:
+            script = handle.read()
+        self.assertEqual(int(re.search(r"^RESTART_EXIT_CODE=(\d+)$", script, re.M).group(1)),
+                         RESTART)
+        slurm = dict(re.findall(r"--(\w+)=([^\s'\"\\]+)", script))
+        self.assertEqual(slurm["cluster_port"], jobset_args["cluster_port"])
+        for name in ("train_dir", "data_dir", "batch_size", "num_gpus"):
+            self.assertEqual(slurm[name], jobset_args[name], name)
+
+
+if __name__ == "__main__":
+    absltest.main()

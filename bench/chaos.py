@@ -56,9 +56,10 @@ class Faults:
                         for index in range(count)]
         self.target = None
         self.records = []
+        self.faulted_start = None  # one fault per start of the cluster
 
     def __call__(self, cluster):
-        if not self.pending:
+        if not self.pending or cluster.starts == self.faulted_start:
             return
         reached = [int(step) for step in STEP_LINE.findall(cluster.output("worker0"))]
         if self.target is None:
@@ -73,7 +74,7 @@ class Faults:
         self.records.append({"signal": signal.Signals(number).name, "task": task,
                              "at_step": reached[-1], "at": time.time()})
         cluster.send(task, number)
-        self.target = None
+        self.target, self.faulted_start = None, cluster.starts
 
 
 def run_configuration(name, args, data_dir, rng):
@@ -99,8 +100,8 @@ def run_configuration(name, args, data_dir, rng):
             fault["seconds_to_every_exit"] = supervisor.ends[index] - fault.pop("at")
             fault.update(restart_costs(cluster.output("worker0", index + 2),
                                        supervisor.starts[index + 1], fault["at_step"]))
-        return {"faults": faults.records, "restarts": len(supervisor.restarts),
-                "differing_tensors": differing_tensors(straight_dir, chaos_dir)}
+        return dict(compare_checkpoints(straight_dir, chaos_dir), faults=faults.records,
+                    restarts=len(supervisor.restarts))
 
 
 def restart_costs(chief_output, started, reached_before):
@@ -117,22 +118,27 @@ def restart_costs(chief_output, started, reached_before):
             "seconds_to_train_again": trained_again}
 
 
-def differing_tensors(straight_dir, chaos_dir):
-    """How many tensors of the two runs' newest checkpoints differ (by any bit)."""
+def compare_checkpoints(straight_dir, chaos_dir):
+    """{differing_tensors: how many tensors of the two runs' newest checkpoints differ (by any
+    bit), largest_weight_distance: the largest relative L2 distance of a weight tensor}."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     from inception.run.directory import RunDirectory  # pylint: disable=import-outside-toplevel
     readers = [tf.train.load_checkpoint(RunDirectory(path).newest())
                for path in (straight_dir, chaos_dir)]
     names = readers[0].get_variable_to_dtype_map()
-    return sum(1 for name in names if not np.array_equal(readers[0].get_tensor(name),
-                                                         readers[1].get_tensor(name)))
+    pairs = {name: [reader.get_tensor(name) for reader in readers] for name in names}
+    distances = [float(np.linalg.norm(chaos - straight) / max(np.linalg.norm(straight), 1e-30))
+                 for name, (straight, chaos) in pairs.items() if name.endswith("weights")]
+    return {"differing_tensors": sum(1 for straight, chaos in pairs.values()
+                                     if not np.array_equal(straight, chaos)),
+            "tensors": len(pairs), "largest_weight_distance": max(distances)}
 
 
 def summary(reports):
     """The README's table: one row per configuration."""
-    rows = ["| configuration | faults (signal, task, step) | tensors that differ | steps "
-            "redone | s from fault to every exit | s from restart to training again |",
-            "| --- | --- | --- | --- | --- | --- |"]
+    rows = ["| configuration | faults (signal, task, step) | tensors that differ (largest weight "
+            "distance) | steps redone | s from fault to every exit | s from restart to training "
+            "again |", "| --- | --- | --- | --- | --- | --- |"]
     for name, report in reports.items():
         faults = report["faults"]
         described = ", ".join("{signal} {task} at {at_step}".format(**fault) for fault in faults)
@@ -140,8 +146,9 @@ def summary(reports):
         exits = ", ".join(f"{fault['seconds_to_every_exit']:.1f}" for fault in faults)
         again = ", ".join(f"{fault['seconds_to_train_again']:.0f}" for fault in faults
                           if fault["seconds_to_train_again"] is not None)
-        rows.append(f"| {name} | {described} | {report['differing_tensors']} | {redone} | "
-                    f"{exits} | {again} |")
+        differ = (f"{report['differing_tensors']} of {report['tensors']} "
+                  f"({report['largest_weight_distance']:.2g})")
+        rows.append(f"| {name} | {described} | {differ} | {redone} | {exits} | {again} |")
     return "\n".join(rows)
 
 

@@ -15,7 +15,6 @@ import argparse
 import json
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -23,6 +22,7 @@ import tempfile
 import time
 
 from common import machine
+from common.loopback import free_ports
 from data import demo_data
 
 ALL_REDUCE = "all_reduce"
@@ -30,17 +30,6 @@ PARAMETER_SERVER = "parameter_server"
 CONFIGURATIONS = (ALL_REDUCE, PARAMETER_SERVER)
 WARM_UP_STEPS = 2  # the first steps build and tune kernels: not timed
 STEP_LINE = re.compile(r": step (\d+), loss = [\d.na]+ \([\d.]+ examples/sec; ([\d.]+) sec/batch")
-
-
-def free_ports(count):
-    """`count` distinct free TCP ports of 127.0.0.1."""
-    sockets = [socket.socket() for _ in range(count)]
-    for sock in sockets:
-        sock.bind(("127.0.0.1", 0))
-    ports = [sock.getsockname()[1] for sock in sockets]
-    for sock in sockets:
-        sock.close()
-    return ports
 
 
 def run_cluster(configuration, data_dir, args):

@@ -20,8 +20,8 @@ import subprocess
 import sys
 import time
 
-from bench.supervisor import free_ports
 from common import machine
+from common.loopback import free_ports
 
 WAYS = ("graph", "graph_coordinated", "eager_coordinated")
 TASK = r'''

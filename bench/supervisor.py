@@ -9,27 +9,15 @@ The tasks keep their addresses across restarts, as a JobSet's pods keep their ho
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 
+from common.loopback import free_ports
 from inception.config import cluster as cluster_lib
 
 RESTART_EXIT_CODE = cluster_lib.DEFAULT_RESTART_EXIT_CODE
 POLL_SECS = 0.1  # how often the supervisor looks at its tasks: the resolution of its times
-
-
-def free_ports(count):
-    """`count` distinct TCP ports free on 127.0.0.1 now."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 class LoopbackCluster:

@@ -18,8 +18,9 @@ from inception.config.environment import ClusterConfigError
 JOBS = ("ps", "worker")
 # The exit status that asks a scheduler to start the run again (a preemption, a lost task):
 # Kubeflow's training operator reserves 138 (128 + SIGUSR1) for retryable user errors in its
-# ExitCode restart policy, which takes 1-127 as permanent failures; a Kubernetes Job's
-# podFailurePolicy (JobSet too) and a Slurm script can be told any code. TensorFlow's own
+# ExitCode restart policy, which retries 130, 137, 143 and 138 alone and takes every other
+# status as permanent; a Kubernetes Job's podFailurePolicy (JobSet too) and a Slurm script can
+# be told any code. TensorFlow's own
 # preemption handler exits 42, which that policy would take as permanent.
 DEFAULT_RESTART_EXIT_CODE = 138
 # Exit statuses that already mean something else (cli.fail, the flags parser, Ctrl-C).
@@ -149,22 +150,6 @@ def check_restart_exit_code(code):
         raise ClusterConfigError(
             f"--restart_exit_code={code}: use 3 to 255 but none of {taken}; the default "
             f"{DEFAULT_RESTART_EXIT_CODE} is the one Kubeflow's ExitCode policy retries.")
-
-
-def check_restart_exit_code(code):
-    """Raises ClusterConfigError unless `code` can mean "start me again": 3 to 255, and not a
-    status that already means something else (TAKEN_EXIT_CODES)."""
-    if not 3 <= code <= 255 or code in TAKEN_EXIT_CODES:
-        taken = ", ".join(f"{value} ({meaning})" for value, meaning in TAKEN_EXIT_CODES.items())
-        raise ClusterConfigError(
-            f"--restart_exit_code={code}: use 3 to 255 but none of {taken}; the default "
-            f"{DEFAULT_RESTART_EXIT_CODE} is the one Kubeflow's ExitCode policy retries.")
-
-
-# How a message names a setting that came from TF_CONFIG (a worker index counts the chief).
-TF_CONFIG_NAMES = {"job_name": "TF_CONFIG's task type", "task_id": "TF_CONFIG's task index",
-                   "ps_hosts": "TF_CONFIG's ps list",
-                   "worker_hosts": "TF_CONFIG's chief and worker list"}
 
 
 def cluster_settings(job_name, task_id, ps_hosts, worker_hosts, num_replicas_to_aggregate=None,

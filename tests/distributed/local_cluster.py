@@ -5,7 +5,6 @@ file."""
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -13,6 +12,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from common.loopback import free_ports
 from inception.config import cluster as cluster_lib
 from inception.run.directory import RunDirectory
 from tests import testing_utils
@@ -28,18 +28,6 @@ RESTART_EXIT_CODE = cluster_lib.DEFAULT_RESTART_EXIT_CODE
 TINY = ("--dataset=demo", "--image_size=107", "--depth_multiplier=0.1", "--batch_size=4",
         "--num_gpus=2", "--log_every_n_steps=1", "--save_summaries_steps=1",
         "--save_checkpoint_steps=100")
-
-
-def free_ports(count):
-    """`count` distinct TCP ports free on 127.0.0.1 right now."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 class LocalCluster:

@@ -41,10 +41,13 @@ flags.adopt_module_key_flags(flag_table)  # --help lists them as this program's 
 
 
 def cluster_from_flags():
-    """cluster.ClusterSettings from the cluster flags or the scheduler's environment
-    (config/environment.py: TF_CONFIG, a JobSet, Slurm), or None for one machine."""
-    return cluster_lib.cluster_settings(**flag_table.values_of(FLAGS, cluster_lib.ClusterSettings),
-                                        environment=os.environ)
+    """(cluster.ClusterSettings from the cluster flags or the scheduler's environment
+    (config/environment.py: TF_CONFIG, a JobSet, Slurm), or None for one machine; the restart
+    code, checked: a run alone exits with it on SIGTERM too)."""
+    values = flag_table.values_of(FLAGS, cluster_lib.ClusterSettings)
+    cluster_lib.check_restart_exit_code(values["restart_exit_code"])
+    return (cluster_lib.cluster_settings(**values, environment=os.environ),
+            values["restart_exit_code"])
 
 
 def settings_from_flags(cluster=None):
@@ -134,10 +137,7 @@ def checked_settings():
     test's settings) from the flags; any bad flag ends the process with one line (exit 2)
     before TensorFlow loads."""
     try:
-        cluster = cluster_from_flags()
-        restart_code = flag_table.values_of(FLAGS, cluster_lib.ClusterSettings)[
-            "restart_exit_code"]
-        cluster_lib.check_restart_exit_code(restart_code)
+        cluster, restart_code = cluster_from_flags()
         signals.set_exit_status(signal.SIGTERM, restart_code)  # a preemption, in every phase
         if cluster is not None and cluster.job_name == "ps":
             return None, cluster, None

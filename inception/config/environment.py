@@ -113,11 +113,11 @@ def from_jobset(environ, port):
 
 def from_slurm(environ, port):
     """TaskFromEnvironment of a task of a Slurm step, from TensorFlow's SlurmClusterResolver
-    (which reads the process's environment; `environ` must be it)."""
+    (which reads the process's environment; `environ` must be it); None for a step of one
+    task."""
     tasks = int(environ["SLURM_STEP_NUM_TASKS"])
     if tasks == 1:
-        return TaskFromEnvironment("worker", 0, (), ("localhost:0",), single_task=True,
-                                   source="Slurm")
+        return None  # a step of one task: this machine alone
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     try:
         per_node = max(int(count.split("(")[0])

@@ -20,7 +20,6 @@ this: a tower's all-reduce left out of the fetches hung the whole group).
 """
 
 import math
-import signal
 import time
 
 import tensorflow as tf
@@ -40,8 +39,8 @@ from inception.parallel import copies as copies_lib
 from inception.parallel.devices import HOST_DEVICE
 
 tf1 = tf.compat.v1
-# The reasons to stop a worker votes for, in the order of its vote's counts.
-STOP_REASONS = (signal.SIGINT, signal.SIGTERM, "early")
+# A worker's vote: one count per replica_lib.STOP_REASONS, then its non-finite tower losses.
+STOP_REASONS = replica_lib.STOP_REASONS
 
 CHIEF_DEVICE = "/job:worker/replica:0/task:0"
 
@@ -187,7 +186,8 @@ class CollectiveWorker(ClusterMember):
         if any(stops):
             self._stop_agreed = True
             if not any(self._vote):
-                raise _peer_stopped(step, dict(zip(STOP_REASONS, stops)))
+                raise replica_lib.PeerStopped.for_reasons(
+                    step, {reason for reason, count in zip(STOP_REASONS, stops) if count})
         return out, step
 
     def before_save(self, session):
@@ -199,11 +199,3 @@ class CollectiveWorker(ClusterMember):
         once when this process ends."""
         del session
 
-
-def _peer_stopped(step, stops):
-    """PeerStopped for the summed votes `stops` ({reason: count}): a SIGTERM anywhere makes it
-    a preemption, then a SIGINT; early stopping only when no signal came."""
-    for reason in (signal.SIGTERM, signal.SIGINT):
-        if stops[reason]:
-            return replica_lib.PeerStopped(step, signal_number=reason)
-    return replica_lib.PeerStopped(step, early=bool(stops["early"]))

@@ -2,7 +2,6 @@
 other tasks, this task's server, and the queue through which workers say they are done."""
 
 import os
-import signal
 import socket
 import time
 
@@ -12,6 +11,7 @@ from common import cli
 from common import error_lines
 from inception.config.cluster import JOBS
 from inception.config.cluster import split_address
+from inception.loop.replica import STOP_REASONS
 
 tf1 = tf.compat.v1
 
@@ -33,8 +33,8 @@ DONE_QUEUE_NAME = "inception_workers_done"
 # early stopping, or a signal to a task: SIGTERM is a preemption).
 READY_FLAG_NAME = "inception_model_ready"
 CHIEF_SHAPE_NAME = "inception_chief_step_shape"  # set with the ready flag: member.step_shape
-STOP_FLAG_NAMES = {"early": "inception_stopped_early", signal.SIGINT: "inception_interrupted",
-                   signal.SIGTERM: "inception_preempted"}
+STOP_FLAG_NAMES = dict(zip(STOP_REASONS, ("inception_interrupted", "inception_preempted",
+                                          "inception_stopped_early")))
 
 
 class ClusterError(cli.UserError):
@@ -119,18 +119,15 @@ def stop_flags():
             {reason: set_op for reason, (_, set_op) in flags.items()})
 
 
-def signal_of(flags_set):
-    """The signal the stop flags say ended training ({reason: bool}, as fetched): SIGTERM
-    before SIGINT, None when neither is set."""
-    for reason in (signal.SIGTERM, signal.SIGINT):
-        if flags_set.get(reason):
-            return reason
-    return None
+def reasons_set(fetched):
+    """The stop reasons whose flags are set in `fetched` ({reason: bool}, as stop_flags'
+    first dict is fetched)."""
+    return {reason for reason, is_set in fetched.items() if is_set}
 
 
 # Why a worker ended, as it tells the parameter servers (done_message): None for the end of
 # training or an error, else what set its stop flag.
-DONE_REASONS = (None, "early", signal.SIGINT, signal.SIGTERM)
+DONE_REASONS = (None,) + STOP_REASONS
 _DONE_TASKS = 1 << 16  # a done message is reason index * _DONE_TASKS + task id
 
 

@@ -15,11 +15,11 @@ from inception.distributed.connections import ps_device
 from inception.distributed.connections import PS_SIGNAL_GRACE_SECS
 from inception.distributed.connections import read_done_message
 from inception.distributed.connections import run_options
-from inception.distributed.connections import signal_of
 from inception.distributed.connections import start_server
 from inception.distributed.connections import stop_flags
 from inception.distributed.connections import task_device
 from inception.distributed.connections import TaskLostError
+from inception.loop.replica import first_signal
 from inception.loop.stop_request import StopRequest
 
 tf1 = tf.compat.v1
@@ -99,7 +99,7 @@ class _WorkerWatch:
     @property
     def ended_by_signal(self):
         """The signal that a done worker said stopped it (SIGTERM first), or None."""
-        return signal_of({reason: True for reason in self._reasons.values()})
+        return first_signal(set(self._reasons.values()))
 
     def mark_done(self, task, reason=None):
         """Records that worker `task` ended its training, for `reason` (connections.

@@ -29,9 +29,9 @@ from inception.distributed.connections import PROBE_INTERVAL_SECS
 from inception.distributed.connections import ps_device
 from inception.distributed.connections import ps_flag
 from inception.distributed.connections import READY_FLAG_NAME
+from inception.distributed.connections import reasons_set
 from inception.distributed.connections import run_options
 from inception.distributed.connections import SHUTDOWN_TIMEOUT_SECS
-from inception.distributed.connections import signal_of
 from inception.distributed.connections import stop_flags
 from inception.distributed.connections import TaskLostError
 from inception.distributed.connections import unreachable_tasks
@@ -67,6 +67,11 @@ class ClusterWorker(ClusterMember):
         self._update_failures = []
         self._stop_reason = None  # a signal number or "early", once this worker stops
         self._train_graph = None
+
+    @property
+    def updates_statistics(self):
+        """The chief alone: the shared statistics then change in the same order every run."""
+        return self.is_chief
 
     def device_scope(self):
         """Variables on the parameter servers (round robin), every other op on this worker."""
@@ -226,18 +231,16 @@ class ClusterWorker(ClusterMember):
             if self._update_failures:
                 raise self.explain(error, where) from None
             if self._try_run("tokens_closed", session):
-                flags_set = self._try_run("stop_flags", session) or {}
-                raise replica_lib.PeerStopped(
+                raise replica_lib.PeerStopped.for_reasons(
                     int(self._run("global_step", session, SHUTDOWN_TIMEOUT_SECS, where)),
-                    early=bool(flags_set.get("early")),
-                    signal_number=signal_of(flags_set)) from None
+                    reasons_set(self._try_run("stop_flags", session) or {})) from None
             raise
         except tf.errors.OpError as error:
             raise self.explain(error, where, timeout) from None
         self._steps_run += 1
         step = int(self._run("global_step", session, SHUTDOWN_TIMEOUT_SECS, where))
-        if signal_of(flags_set) is not None and self._stop_reason is None:
-            raise replica_lib.PeerStopped(step, signal_number=signal_of(flags_set))
+        if replica_lib.first_signal(reasons_set(flags_set)) and self._stop_reason is None:
+            raise replica_lib.PeerStopped.for_reasons(step, reasons_set(flags_set))
         return out, step
 
     def explain(self, error, where, timeout=None):

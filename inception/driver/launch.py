@@ -61,9 +61,9 @@ def graph_builder(run, replica, learning_rate=None):
     at `learning_rate`, a tensor, when given: the range test).
 
     On a cluster every worker reads its share of one order from one position (inputs/
-    shares.py), which lives with the variables (the chief saves it) and which, beside
-    parameter servers, the chief alone advances; its towers are numbered among every worker's,
-    so that their random draws follow their examples."""
+    shares.py), which lives with the variables (the chief saves it; who advances it is the
+    replica's `updates_statistics`); its towers are numbered among every worker's, so that
+    their random draws follow their examples."""
     settings, placement = run.settings, run.placement
     data, cluster = settings.data, settings.cluster
     batch = data.batch_size * settings.optimization.accumulate_steps  # of this process's step
@@ -97,7 +97,7 @@ def graph_builder(run, replica, learning_rate=None):
             variable_device=placement.variable_device, stage_inputs=placement.stage_inputs,
             learning_rate=learning_rate, max_steps=settings.loop.max_steps,
             all_reduce=placement.all_reduce,
-            updates_statistics=cluster is None or cluster.collective or cluster.is_chief)
+            updates_statistics=replica.updates_statistics if replica else True)
     return build_graph
 
 

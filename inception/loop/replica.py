@@ -2,10 +2,23 @@
 one-machine behaviour, which a cluster worker (distributed/worker.py) overrides."""
 
 import contextlib
+import signal
 
 import tensorflow as tf
 
 tf1 = tf.compat.v1
+# Why a task of a cluster stops before the run's end, as the tasks tell each other: a signal
+# (SIGTERM: a preemption) or the chief's early stopping.
+STOP_REASONS = (signal.SIGINT, signal.SIGTERM, "early")
+
+
+def first_signal(reasons):
+    """The signal among the stop `reasons` that decides how every task ends: SIGTERM (a
+    preemption, the restart code) before SIGINT; None when neither is there."""
+    for number in (signal.SIGTERM, signal.SIGINT):
+        if number in reasons:
+            return number
+    return None
 
 
 class PeerStopped(Exception):
@@ -20,6 +33,13 @@ class PeerStopped(Exception):
         self.early = early
         self.signal_number = signal_number
 
+    @classmethod
+    def for_reasons(cls, step, reasons):
+        """PeerStopped at `step` for the STOP_REASONS the other tasks gave (first_signal wins;
+        early stopping only when no signal came)."""
+        number = first_signal(reasons)
+        return cls(step, early=number is None and "early" in reasons, signal_number=number)
+
 
 class Replica:
     """How `run_training` takes part in training: the single-machine behaviour.
@@ -30,6 +50,9 @@ class Replica:
     one-machine step.
     """
     is_chief = True
+    # Whether this process updates the batch-norm moving statistics and the input position
+    # (parallel/after_update.py): a worker beside parameter servers leaves them to the chief.
+    updates_statistics = True
 
     def device_scope(self):
         """Context manager around the whole graph build (places variables)."""

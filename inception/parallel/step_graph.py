@@ -45,11 +45,11 @@ class StageOps:
     """What the loop runs while one stage is current.
 
     train_op: one synchronous step of this stage (its gradients, update, EMA, batch-norm
-    statistics); update_op: the update within it (apply and EMA); tower_losses: float32 [num_towers], each tower's loss in this stage;
-    tower_gradient_norms: float32 [num_towers], the global norm of each tower's gradients in
-    this step (NaN/Inf: that tower's update was not finite); mean_loss: their mean; variables:
-    names of the variables this stage trains; skipped: variables of the stage that its loss
-    does not reach (left out).
+    statistics); update_op: the update within it (apply and EMA); tower_losses: float32
+    [num_towers], each tower's loss in this stage; tower_gradient_norms: float32 [num_towers],
+    the global norm of each tower's gradients in this step (NaN/Inf: that tower's update was
+    not finite); mean_loss: their mean; variables: names of the variables this stage trains;
+    skipped: variables of the stage that its loss does not reach (left out).
     """
     stage: plans.Stage
     train_op: tf.Operation
@@ -115,11 +115,11 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices,
       make_model_fn: callable(batch_norm_decay) -> model_fn(images, labels) -> ModelOutputs.
       optimization: settings.OptimizationSettings (settings.with_defaults): its plan (None:
         one stage), schedule and accumulate_steps; tower_devices: one device name per tower.
-      examples_per_epoch: examples in the training subset (the schedule decays per epoch);
+      examples_per_epoch: examples in the training subset (the schedule decays per epoch).
       histograms: add gradient and variable histograms to the summaries (costly).
       wrap_optimizer: optional callable(optimizer, moving_average, variables) -> an optimizer
         whose apply_gradients also updates `moving_average` (distributed/worker.py).
-      initial_loss_scale: dynamic loss scaling (loss_scaling.py) from this scale; None: off;
+      initial_loss_scale: dynamic loss scaling (loss_scaling.py) from this scale; None: off.
       variable_device: where the variables, the gradient averaging and the updates run
         (devices.py decides); with `all_reduce`, the first tower's device.
       stage_inputs: copy each tower's input to its device a step ahead (gpu_prefetch.py; GPUs).

@@ -5,7 +5,6 @@ mid-run, one stopped by a signal and one stopped early by the chief's validation
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time

@@ -16,6 +16,7 @@ from inception.inputs import preprocessing
 from tests import testing_utils
 from tests.inputs.records import jpeg_bytes
 from tests.inputs.records import record
+from tests.inputs.records import stream
 from tests.inputs.records import write_shard
 
 tf1 = tf.compat.v1
@@ -160,14 +161,8 @@ class PositionTest(unittest.TestCase):
                       write_shard(directory, good[4:], index=1, total=2)]
 
     def batches(self, position, count):
-        with tf.Graph().as_default():
-            batch = pipeline.build_train_input(self.shards, 2, SIZE, NUM_CLASSES, seed=3,
-                                               shuffle_buffer=4, examples_per_epoch=6)
-            with tf1.Session() as session:
-                session.run([tf1.local_variables_initializer(), batch.position.initializer])
-                session.run(batch.position.assign(position))
-                session.run(batch.initializer)
-                return [session.run([batch.images, batch.labels]) for _ in range(count)]
+        return stream(self.shards, 6, position, 2, count, seed=3, size=SIZE,
+                      num_classes=NUM_CLASSES)[0]
 
     def test_a_stream_started_at_a_position_reads_what_the_whole_stream_reads_there(self):
         whole = self.batches(0, 8)  # 16 examples: into the third epoch of 6

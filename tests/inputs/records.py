@@ -9,6 +9,10 @@ import tensorflow as tf
 from PIL import Image
 
 from data import tfrecord_format
+from inception.inputs import pipeline
+from inception.inputs.shares import InputShare
+
+tf1 = tf.compat.v1
 
 
 def jpeg_bytes(seed, width=48, height=40):
@@ -34,3 +38,19 @@ def write_shard(directory, records, split="train", index=0, total=1):
         for serialized in records:
             writer.write(serialized)
     return path
+
+
+def stream(shards, examples, position, batch_size, count, share=InputShare(), seed=5,
+           size=32, num_classes=4):
+    """(`count` (images, labels) batches, the damaged records counted) of `share` of the
+    seeded training order of `shards` (their `examples` records), started at `position`."""
+    with tf.Graph().as_default():
+        batch = pipeline.build_train_input(shards, batch_size, size, num_classes, seed=seed,
+                                           shuffle_buffer=4, examples_per_epoch=examples,
+                                           share=share)
+        with tf1.Session() as session:
+            session.run([tf1.local_variables_initializer(), batch.position.initializer])
+            session.run(batch.position.assign(position))
+            session.run(batch.initializer)
+            batches = [session.run([batch.images, batch.labels]) for _ in range(count)]
+            return batches, int(session.run(batch.corrupt_records))

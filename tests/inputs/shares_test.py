@@ -7,37 +7,21 @@ import numpy as np
 import tensorflow as tf
 from absl.testing import absltest
 
-from inception.inputs import pipeline
 from inception.inputs import preprocessing
 from inception.inputs.shares import InputShare
 from tests import testing_utils
 from tests.inputs.records import jpeg_bytes
 from tests.inputs.records import record
+from tests.inputs.records import stream
 from tests.inputs.records import write_shard
 
 tf1 = tf.compat.v1
-NUM_CLASSES = 4
-SIZE = 32
 # Starts and ends like a JPEG, so the completeness check passes; the decoder fails.
 UNDECODABLE = b"\xff\xd8\xff\xe0" + np.random.RandomState(7).bytes(500) + b"\xff\xd9"
 
 
-def stream(shards, examples, position, batch_size, count, share=InputShare()):
-    """`count` (images, labels) batches of `share` of the seeded order of `shards` (their
-    `examples` records), starting at `position`."""
-    with tf.Graph().as_default():
-        batch = pipeline.build_train_input(shards, batch_size, SIZE, NUM_CLASSES, seed=5,
-                                           shuffle_buffer=4, examples_per_epoch=examples,
-                                           share=share)
-        with tf1.Session() as session:
-            session.run([tf1.local_variables_initializer(), batch.position.initializer])
-            session.run(batch.position.assign(position))
-            session.run(batch.initializer)
-            batches = [session.run([batch.images, batch.labels]) for _ in range(count)]
-            return batches, int(session.run(batch.corrupt_records))
-
-
-def assert_same(test, got, want):
+def assert_same(got, want):
+    """Checks that two lists of (images, labels) batches are equal, bit for bit."""
     for (images, labels), (want_images, want_labels) in zip(got, want, strict=True):
         np.testing.assert_array_equal(labels, want_labels)
         np.testing.assert_array_equal(images, want_images)
@@ -62,7 +46,7 @@ class SharesTest(unittest.TestCase):
         whole, _ = stream(self.shards, 8, 0, 4, 6)  # three epochs of 8
         halves = [stream(self.shards, 8, 0, 2, 6, InputShare(worker, 2))[0] for worker in (0, 1)]
         for worker, half in enumerate(halves):
-            assert_same(self, half, [(images[2 * worker:2 * worker + 2],
+            assert_same(half, [(images[2 * worker:2 * worker + 2],
                                       labels[2 * worker:2 * worker + 2])
                                      for images, labels in whole])
 
@@ -71,7 +55,7 @@ class SharesTest(unittest.TestCase):
                     for worker in range(4)]
         halves = [stream(self.shards, 8, 4, 2, 6, InputShare(worker, 2))[0] for worker in (0, 1)]
         for worker, half in enumerate(halves):
-            assert_same(self, half, [
+            assert_same(half, [
                 (np.concatenate([quarters[2 * worker][step][0],
                                  quarters[2 * worker + 1][step][0]]),
                  np.concatenate([quarters[2 * worker][step][1],
@@ -88,7 +72,7 @@ class SharesTest(unittest.TestCase):
         for position in (4, 10, 14):
             with self.subTest(position=position):
                 started, _ = stream(self.damaged_shards, 11, position, 2, 2)
-                assert_same(self, started, whole[position // 2:position // 2 + 2])
+                assert_same(started, whole[position // 2:position // 2 + 2])
         # Every slot holds a good image: a damaged record's slot holds a copy of another.
         labels = np.concatenate([labels for _, labels in whole])
         self.assertEqual(len(labels), 22)
@@ -103,7 +87,7 @@ class SharesTest(unittest.TestCase):
             for position in (4, 12):  # the global position: 4 records a step
                 with self.subTest(worker=worker, position=position):
                     started, _ = stream(self.damaged_shards, 11, position, 2, 2, share)
-                    assert_same(self, started, whole[position // 4:position // 4 + 2])
+                    assert_same(started, whole[position // 4:position // 4 + 2])
 
 
 if __name__ == "__main__":

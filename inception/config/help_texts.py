@@ -107,6 +107,15 @@ TRAIN_HELP = {
     "all_reduce_buffers":
         "With --variable_update=replicated: the gradients are packed into this many "
         "buffers before the all-reduce (0: one all-reduce per variable).",
+    "sync_batch_norm":
+        "Batch norm in training over the global batch of each step (the examples of every "
+        "tower, and of every worker of a cluster without --ps_hosts; each micro-batch's own "
+        "with --accumulate_steps) instead of each tower's slice; the moving statistics are "
+        "then the same on every tower. See README, Several GPUs.",
+    "batch_norm_group_size":
+        "With --sync_batch_norm: statistics over groups of this many consecutive towers "
+        "(0: all of the cluster's; beside parameter servers, all of one worker's, the most "
+        "a group may span there). Must divide them.",
     "xla":
         "Compile the step with XLA auto-clustering (fuses batch norm, "
         "ReLU and friends; slower on this project's CPU, see README, Benchmarks).",

@@ -81,7 +81,7 @@ def _check_counts(settings):
     at_least(data, ("batch_size", "num_labels"), 1)
     at_least(devices, ("num_towers",), 1)
     at_least(devices, ("virtual_gpu_memory_mb", "intra_op_threads", "inter_op_threads",
-                        "all_reduce_buffers"), 0)
+                        "all_reduce_buffers", "batch_norm_group_size"), 0)
     at_least(loop, ("keep_checkpoints",), 1)
     at_least(loop, ("max_steps", "log_every_n_steps", "save_summaries_steps",
                      "save_summaries_secs", "save_checkpoint_steps", "save_interval_secs",
@@ -204,6 +204,23 @@ def _check_variable_update(devices, cluster):
                             "--variable_update at auto to keep the variables on them.")
 
 
+def _check_batch_norm(devices):
+    if devices.batch_norm_group_size and not devices.sync_batch_norm:
+        raise SettingsError("--batch_norm_group_size groups the towers of --sync_batch_norm; "
+                            "pass --sync_batch_norm too, or drop it.")
+
+
+def batch_norm_group_size(devices, towers, workers, collective):
+    """The towers per group of --sync_batch_norm among `towers` per worker of `workers` (all
+    together when `collective`, else each its own), or None: each tower's own batch norm."""
+    total = towers * (workers if collective else 1)
+    size = devices.batch_norm_group_size or total
+    if total % size:
+        raise SettingsError(f"--batch_norm_group_size={size} does not divide the {total} towers "
+                            "it groups; pick a divisor (0: all of them).")
+    return size if devices.sync_batch_norm and size > 1 else None
+
+
 def _check_combinations(settings):
     init, validation = settings.init, settings.validation
     check_profile_steps(settings.loop.profile_steps, settings.loop.max_steps)
@@ -222,6 +239,7 @@ def _check_combinations(settings):
         raise SettingsError("--fine_tune and --checkpoint_exclude_scopes need "
                             "--pretrained_model_checkpoint_path.")
     _check_variable_update(settings.devices, settings.cluster)
+    _check_batch_norm(settings.devices)
     if settings.cluster is not None and settings.loop.on_nan == "rollback":
         raise SettingsError("--on_nan=rollback is for one machine; on a cluster use "
                             "--on_nan=stop and restart from the chief's last checkpoint.")

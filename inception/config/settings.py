@@ -135,13 +135,16 @@ class DeviceSettings:
     virtual CPU devices without GPUs; intra/inter_op_threads 0: TensorFlow decides.
     variable_update: 'parameter_server' (the variables on `variable_device`), 'replicated' (a
     copy on every tower's device, gradients summed by an all-reduce packed into
-    all_reduce_buffers buffers) or 'auto' (parallel/devices.py decides)."""
+    all_reduce_buffers buffers) or 'auto' (parallel/devices.py decides). sync_batch_norm:
+    batch norm over groups of batch_norm_group_size towers (0: all of the cluster's)."""
     num_towers: int = None
     virtual_gpu_memory_mb: int = 0
     precision: str = "fp32"
     variable_update: str = rules.AUTO
     variable_device: str = rules.AUTO
     all_reduce_buffers: int = rules.DEFAULT_ALL_REDUCE_BUFFERS
+    sync_batch_norm: bool = False
+    batch_norm_group_size: int = 0
     xla: bool = False
     intra_op_threads: int = 0
     inter_op_threads: int = 0

@@ -23,6 +23,7 @@ from inception.inputs import shares
 from inception.loop import resume
 from inception.loop import session_loop
 from inception.model import network
+from inception.model import synced_batch_norm
 from inception.parallel import devices
 from inception.parallel import step_graph
 from inception.run import checkpoint_io
@@ -89,7 +90,9 @@ def graph_builder(run, replica, learning_rate=None):
                 label_smoothing=settings.optimization.label_smoothing,
                 class_weights=run.class_weights,
                 first_tower=share.index * placement.num_towers
-                * settings.optimization.accumulate_steps),
+                * settings.optimization.accumulate_steps,
+                batch_norm_groups=batch_norm_groups(placement, share,
+                                                    settings.optimization.accumulate_steps)),
             settings.optimization, placement.tower_devices, run.examples_per_epoch,
             histograms=settings.loop.histograms,
             wrap_optimizer=replica.wrap_optimizer if replica else None,
@@ -99,6 +102,16 @@ def graph_builder(run, replica, learning_rate=None):
             all_reduce=placement.all_reduce,
             updates_statistics=replica.updates_statistics if replica else True)
     return build_graph
+
+
+def batch_norm_groups(placement, share, micro_batches):
+    """The synced_batch_norm.BatchNormGroups of this process's towers (worker `share.index`
+    of a cluster), or None without --sync_batch_norm."""
+    if not placement.batch_norm_group_size:
+        return None
+    return synced_batch_norm.BatchNormGroups(
+        group_size=placement.batch_norm_group_size, towers_per_worker=placement.num_towers,
+        first_device=share.index * placement.num_towers, micro_batches=micro_batches)
 
 
 def train(settings, log=print, on_stuck=None):

@@ -36,7 +36,7 @@ def has_aux_head(image_size):
 
 
 def inception_logits(images, settings, is_training, batch_norm_decay=recipe.BATCH_NORM_DECAY,
-                     dropout_seed=None):
+                     dropout_seed=None, batch_norm=None):
     """Builds Inception v3 on `images` under variable scope `InceptionV3`.
 
     Args:
@@ -46,6 +46,8 @@ def inception_logits(images, settings, is_training, batch_norm_decay=recipe.BATC
       batch_norm_decay: float or scalar float32 tensor, decay of the moving statistics.
       dropout_seed: int64 [2]: dropout's masks drawn statelessly from it (a resumed run draws
         the same); None: TensorFlow's stateful draws.
+      batch_norm: synced_batch_norm.TowerStatistics whose batch norm every layer uses (training
+        only: --sync_batch_norm); None: tf-slim's, on this tower's batch.
 
     Returns:
       (logits, aux_logits): float32 [batch, num_classes]; aux_logits is None when the image is
@@ -53,7 +55,9 @@ def inception_logits(images, settings, is_training, batch_norm_decay=recipe.BATC
     """
     arg_scope = inception_v3.inception_v3_arg_scope(
         weight_decay=recipe.WEIGHT_DECAY, batch_norm_decay=batch_norm_decay)
-    with slim.arg_scope(arg_scope), dropout_as_mask_multiply(dropout_seed):
+    normalizer = ({} if batch_norm is None else {"normalizer_fn": batch_norm.batch_norm})
+    with slim.arg_scope(arg_scope), slim.arg_scope([slim.conv2d], **normalizer), \
+            dropout_as_mask_multiply(dropout_seed):
         logits, end_points = inception_v3.inception_v3(
             images, num_classes=settings.num_classes, is_training=is_training,
             depth_multiplier=settings.depth_multiplier,
@@ -155,7 +159,8 @@ def smoothed_cross_entropy(logits, targets, name, label_smoothing=recipe.LABEL_S
 
 
 def make_model_fn(settings, batch_norm_decay, compute_dtype=None, augmentation=None, seed=0,
-                  label_smoothing=recipe.LABEL_SMOOTHING, class_weights=None, first_tower=0):
+                  label_smoothing=recipe.LABEL_SMOOTHING, class_weights=None, first_tower=0,
+                  batch_norm_groups=None):
     """Returns `model_fn(images, labels) -> towers.ModelOutputs` for towers.build_towers.
 
     compute_dtype: tf.bfloat16 / tf.float16 builds the network in that dtype with float32
@@ -167,17 +172,21 @@ def make_model_fn(settings, batch_norm_decay, compute_dtype=None, augmentation=N
     first_tower: the number of this process's first tower among every tower (and micro-batch)
     of the step: a cluster's worker w numbers its towers from w x its towers x micro-batches,
     so a tower's draws follow the examples it gets (shares.py), whatever the cluster's size.
+    batch_norm_groups: synced_batch_norm.BatchNormGroups whose statistics the towers share
+    (--sync_batch_norm); None: each tower's batch norm on its own batch.
     """
     tower_numbers = itertools.count(first_tower)
+    built = itertools.count()
 
     def model_fn(images, labels):
         stream = _tower_stream(seed, next(tower_numbers))
+        statistics = batch_norm_groups and batch_norm_groups.for_tower(next(built))
         images, targets = _mixed(images, labels, settings.num_classes, augmentation, stream)
         with mixed_precision.building_in(compute_dtype):
             logits, aux_logits = inception_logits(
                 mixed_precision.to_compute(images, compute_dtype), settings, True,
                 batch_norm_decay,
-                tf.random.experimental.stateless_fold_in(stream, DROPOUT_STREAM))
+                tf.random.experimental.stateless_fold_in(stream, DROPOUT_STREAM), statistics)
         logits = mixed_precision.to_float32(logits)
         return towers.ModelOutputs(
             classification_losses(logits, mixed_precision.to_float32(aux_logits), targets,

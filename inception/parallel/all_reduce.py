@@ -31,6 +31,11 @@ WORKER_GROUP_KEY = 2  # one device of each worker of a cluster: broadcasts and v
 # Instance keys of the worker group's collectives start here, far from the gradients' keys
 # (which count from 1), so the two never meet whatever the number of buffers.
 WORKER_INSTANCE_KEYS = 1_000_000
+# Synchronized batch norm (model/synced_batch_norm.py): group g of towers is collective group
+# BATCH_NORM_GROUP_KEYS + g; its layers' sums take instance keys from
+# BATCH_NORM_INSTANCE_KEYS on.
+BATCH_NORM_GROUP_KEYS = 16
+BATCH_NORM_INSTANCE_KEYS = 2_000_000
 # A broadcast sends at most this many elements in one collective (64 MiB of float32), so that
 # no one message holds the whole model (Inception v3 with its RMSProp slots and moving
 # averages: about 4 x 24M floats, some 350 MB).

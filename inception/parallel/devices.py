@@ -194,6 +194,8 @@ class Placement:
     all_reduce: with replicated variables (--variable_update), how the towers' gradients are
       summed (all_reduce.AllReduceSpec); the variables' own copy is then on the first tower's
       device, `variable_device`. None: the variables live on `variable_device` alone.
+    batch_norm_group_size: --sync_batch_norm's towers per group (resolved, 2 or more); None:
+      each tower's batch norm on its own batch.
     """
     towers: TowerPlacement
     variable_device: str
@@ -204,6 +206,7 @@ class Placement:
     intra_op_threads: int = 0
     inter_op_threads: int = 0
     all_reduce: all_reduce_lib.AllReduceSpec = None
+    batch_norm_group_size: int = None
 
     @property
     def variable_update(self):
@@ -241,6 +244,8 @@ class Placement:
             f"; variables on {self.variable_device.strip('/').upper()}"
             if self.variable_device != VARIABLE_DEVICE_NAMES["cpu"] else "",
             "; inputs staged on the GPUs" if self.stage_inputs else "",
+            f"; batch norm synchronized over groups of {self.batch_norm_group_size} towers"
+            if self.batch_norm_group_size else "",
             "; XLA" if self.xla else ""])
         return f"{self.precision}{extras}"
 
@@ -271,7 +276,10 @@ def resolve_placement(device_settings, cluster=None):
         precision=precision, compute_dtype=precision_lib.tower_compute_dtype(precision, towers),
         initial_loss_scale=recipe.INITIAL_LOSS_SCALE if precision == "fp16" else None,
         xla=device_settings.xla, intra_op_threads=device_settings.intra_op_threads,
-        inter_op_threads=device_settings.inter_op_threads, all_reduce=spec)
+        inter_op_threads=device_settings.inter_op_threads, all_reduce=spec,
+        batch_norm_group_size=rules.batch_norm_group_size(
+            device_settings, towers.num_towers, cluster.num_workers if cluster else 1,
+            cluster is None or cluster.collective))
 
 
 def evaluation_session_config():

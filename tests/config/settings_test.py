@@ -150,6 +150,29 @@ class SettingsTest(unittest.TestCase):
                                (dict(variable_device="gpu"), None)):
             settings_lib.train_settings(train_dir="/tmp/x", cluster=worker, **values).validate()
 
+    def test_batch_norm_groups(self):
+        sync = settings_lib.DeviceSettings(sync_batch_norm=True)
+        groups_of = lambda size: settings_lib.DeviceSettings(sync_batch_norm=True,
+                                                             batch_norm_group_size=size)
+        group_size = rules.batch_norm_group_size
+        self.assertIsNone(group_size(settings_lib.DeviceSettings(), 4, 1, True))
+        self.assertEqual(group_size(sync, 4, 1, True), 4)
+        self.assertEqual(group_size(sync, 2, 3, True), 6)  # a cluster without ps: all
+        self.assertEqual(group_size(sync, 2, 3, False), 2)  # beside ps: one worker's
+        self.assertEqual(group_size(groups_of(2), 4, 2, True), 2)
+        self.assertIsNone(group_size(sync, 1, 1, True))  # one tower: tf-slim's own
+        with self.assertRaisesRegex(settings_lib.SettingsError,
+                                    "--batch_norm_group_size=3 does not divide the 4 towers"):
+            group_size(groups_of(3), 2, 2, True)
+        with self.assertRaisesRegex(settings_lib.SettingsError, "does not divide the 2 towers"):
+            group_size(groups_of(4), 2, 2, False)
+        with self.assertRaisesRegex(settings_lib.SettingsError, "pass --sync_batch_norm too"):
+            settings_lib.train_settings(train_dir="/tmp/x", batch_norm_group_size=2).validate()
+        with self.assertRaisesRegex(settings_lib.SettingsError,
+                                    "--batch_norm_group_size=-1 must be at least 0"):
+            settings_lib.train_settings(train_dir="/tmp/x", sync_batch_norm=True,
+                                        batch_norm_group_size=-1).validate()
+
     def test_each_flat_name_lands_in_its_one_section(self):
         built = settings_lib.train_settings(train_dir="/tmp/x", data_dir="/d", num_labels=3,
                                             image_size=99, num_epochs_per_decay=2.0, num_towers=4,

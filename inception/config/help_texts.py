@@ -184,11 +184,22 @@ TRAIN_HELP = {
     "optimizer":
         "The optimizer (default: "
         f"{recipe.describe_default('optimizer')}); a --training_plan stage that names "
-        "its own keeps it.",
+        "its own keeps it. lars and lamb, for large global batches, scale each variable's "
+        "step by its trust ratio and decay the weights themselves (no L2 term in the loss); "
+        "without --initial_learning_rate they start from their own base rates. See README, "
+        "Large batches.",
+    "warmup_epochs":
+        "Ramp the learning rate up linearly over this many epochs (instead of "
+        "--warmup_steps).",
+    "adapt_batch_norm_and_biases":
+        "With --optimizer=lars or lamb: give batch-norm variables and biases the trust ratio "
+        "and weight decay too (by default they take plain steps without decay, as MLPerf's "
+        "LARS and NVIDIA's LAMB do).",
     "learning_rate_schedule":
         "After the warm-up: the original's staircase 'exponential' decay (by "
         "--learning_rate_decay_factor every --num_epochs_per_decay epochs), 'cosine' "
-        "down to zero at --max_steps, or 'constant'. A --training_plan stage may name "
+        "down to zero at --max_steps, 'polynomial' (squared, down to zero at --max_steps, "
+        "as LARS runs use), or 'constant'. A --training_plan stage may name "
         "its own (over its steps).",
     "accumulate_steps":
         "Micro-batches per update: each update averages "

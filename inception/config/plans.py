@@ -23,8 +23,11 @@ import json
 from common import cli
 from common import files
 
-OPTIMIZERS = ("rmsprop", "momentum", "sgd", "adam")
-SCHEDULES = ("exponential", "cosine", "constant")  # parallel/schedules.py builds them
+OPTIMIZERS = ("rmsprop", "momentum", "sgd", "adam", "lars", "lamb")
+# Layer-wise adaptive optimizers (parallel/layerwise.py): their own decoupled weight decay
+# replaces the loss's L2 term in the stages they update.
+LAYERWISE_OPTIMIZERS = ("lars", "lamb")
+SCHEDULES = ("exponential", "cosine", "polynomial", "constant")  # parallel/schedules.py
 
 
 class PlanError(cli.UserError):

@@ -20,6 +20,16 @@ EVAL_BATCH_SIZE = 100  # examples per evaluation batch, in training and in //inc
 ORIGINAL_OPTIMIZER = "rmsprop"
 RMSPROP_DECAY = 0.9
 RMSPROP_MOMENTUM = 0.9
+# LARS and LAMB (parallel/layerwise.py): LARS's trust coefficient (You et al. 2017), each one's
+# decoupled weight decay (LAMB's is the LAMB paper's BERT value), LAMB's epsilon, and their
+# base learning rates for BASE_BATCH_SIZE (a step moves a layer by about rate x eta (LARS) or
+# rate (LAMB) of its weights' norm), used when a run names no rate; measured: README.
+LARS_ETA = 0.001
+LARS_WEIGHT_DECAY = 5e-5
+LAMB_WEIGHT_DECAY = 0.01
+LAMB_EPSILON = 1e-6
+LAYERWISE_LEARNING_RATES = {"lars": 5.0, "lamb": 0.01}
+POLYNOMIAL_DECAY_POWER = 2.0  # the polynomial schedule's, as MLPerf's LARS runs use
 RMSPROP_EPSILON = 1.0
 MOMENTUM = 0.9
 LEARNING_RATE_DECAY_FACTOR = 0.16  # per --num_epochs_per_decay, staircase
@@ -92,6 +102,13 @@ def defaults_for(dataset_name):
     for a user's own data otherwise (a folder tree, flowers, any shards)."""
     return {"demo": DEMO_DEFAULTS, "imagenet": IMAGENET_DEFAULTS}.get(dataset_name,
                                                                       OWN_DATA_DEFAULTS)
+
+
+def for_optimizer(defaults, optimizer):
+    """`defaults` (TrainingDefaults) with the base learning rate of `optimizer` (the run's, or
+    None for the defaults' own) where it is layer-wise: the other rates are far off for it."""
+    rate = LAYERWISE_LEARNING_RATES.get(optimizer or defaults.optimizer)
+    return defaults if rate is None else dataclasses.replace(defaults, initial_learning_rate=rate)
 
 
 def describe_default(name):

@@ -86,7 +86,7 @@ def _check_counts(settings):
     at_least(loop, ("max_steps", "log_every_n_steps", "save_summaries_steps",
                      "save_summaries_secs", "save_checkpoint_steps", "save_interval_secs",
                      "keep_checkpoint_every_n_hours", "max_nan_rollbacks"), 0)
-    at_least(settings.optimization, ("warmup_steps",), 0)
+    at_least(settings.optimization, ("warmup_steps", "warmup_epochs"), 0)
     at_least(settings.optimization, ("accumulate_steps",), 1)
     at_least(settings.validation, ("eval_every_n_steps",
                                     "stop_after_evals_without_improvement"), 0)
@@ -204,16 +204,17 @@ def _check_variable_update(devices, cluster):
                             "--variable_update at auto to keep the variables on them.")
 
 
-def _check_batch_norm(devices):
+def _check_pairs(devices, optimization):
     if devices.batch_norm_group_size and not devices.sync_batch_norm:
         raise SettingsError("--batch_norm_group_size groups the towers of --sync_batch_norm; "
                             "pass --sync_batch_norm too, or drop it.")
+    if optimization.warmup_epochs and optimization.warmup_steps:
+        raise SettingsError("--warmup_epochs and --warmup_steps both set the warm-up; pass one.")
 
 
 def batch_norm_group_size(devices, towers, workers, collective):
-    """The towers per group of --sync_batch_norm among `towers` per worker of `workers` (all
-    together when `collective`, else each its own), or None: each tower's own batch norm."""
-    total = towers * (workers if collective else 1)
+    """--sync_batch_norm's towers per group, `towers` per worker (None: tf-slim's own)."""
+    total = towers * (workers if collective else 1)  # what one group may span
     size = devices.batch_norm_group_size or total
     if total % size:
         raise SettingsError(f"--batch_norm_group_size={size} does not divide the {total} towers "
@@ -239,7 +240,7 @@ def _check_combinations(settings):
         raise SettingsError("--fine_tune and --checkpoint_exclude_scopes need "
                             "--pretrained_model_checkpoint_path.")
     _check_variable_update(settings.devices, settings.cluster)
-    _check_batch_norm(settings.devices)
+    _check_pairs(settings.devices, settings.optimization)
     if settings.cluster is not None and settings.loop.on_nan == "rollback":
         raise SettingsError("--on_nan=rollback is for one machine; on a cluster use "
                             "--on_nan=stop and restart from the chief's last checkpoint.")

@@ -9,9 +9,8 @@ checkpoint), `init` (where a fresh run's weights come from) and `cluster`. Libra
 takes the section it needs. None in a section means "the data set's default" until the run is
 resolved (driver/resolution.py fills it: `fill_defaults`).
 
-Free of TensorFlow, so the entry points check every flag in well under two seconds, before
-they load TensorFlow, build anything or write anything. The checks that need the data or the
-machine (shards, labels, GPUs) happen when the run is resolved.
+Free of TensorFlow: the entry points check every flag in well under two seconds, before they
+load TensorFlow or write anything; checks that need the data or the machine come later.
 """
 
 import dataclasses
@@ -31,9 +30,8 @@ class DataSettings:
     without labels.txt; seed: input order and distortions (and initial weights);
     deterministic: TensorFlow's op determinism, seed 0 when none is given (the same command
     then writes bit-identical checkpoints on the same machine); validation_fraction: of each
-    label's images, for a folder of label folders (data/
-    folder_cache.py); balanced_sampling: draw each training record as often as its class's
-    balanced weight says (inputs/pipeline.py), so that the classes come about equally."""
+    label's images, for a folder of label folders (data/folder_cache.py); balanced_sampling:
+    draw each record as often as its class's balanced weight says (inputs/pipeline.py)."""
     data_dir: str = ""
     dataset: str = ""
     num_labels: int = None
@@ -46,19 +44,15 @@ class DataSettings:
     balanced_sampling: bool = False
 
 
-def _resolved(default=None):
-    # Fields filled when the run is resolved (from the data set), never by a flag.
+def _resolved(default=None):  # a field filled when the run is resolved, never by a flag
     return dataclasses.field(default=default, metadata={"resolved": True})
 
 
 @dataclasses.dataclass(frozen=True)
 class ModelSettings:
     """What defines the network; stored beside checkpoints (model_settings.json) so evaluation
-    and export need no flags.
-
-    num_classes counts logits, background (label 0) included: 1001 for ImageNet. It and
-    `dataset` come from the data set when the run is resolved.
-    """
+    and export need no flags. num_classes counts logits, background (label 0) included: 1001
+    for ImageNet; it and `dataset` come from the data set when the run is resolved."""
     num_classes: int = _resolved()
     image_size: int = None
     depth_multiplier: float = None
@@ -79,7 +73,8 @@ class OptimizationSettings:
     that name none. learning_rate_schedule: one of SCHEDULES (parallel/schedules.py); the
     exponential one is initial_learning_rate * decay_factor ** floor(step / decay_steps), with
     decay_steps = steps_per_epoch * num_epochs_per_decay; each is multiplied by
-    min(1, (step + 1) / warmup_steps) while warming up (warmup_steps 0: none).
+    min(1, (step + 1) / warmup_steps) while warming up (0: none; or warmup_epochs, in epochs).
+    adapt_batch_norm_and_biases: LARS and LAMB adapt (and decay) those too.
     accumulate_steps: micro-batches of the global batch whose gradients make one update.
     learning_rate_scaling: how initial_learning_rate follows the examples of one update
     against the recipe's base batch (rules.scaled_learning_rate); label_smoothing: of the
@@ -93,6 +88,8 @@ class OptimizationSettings:
     num_epochs_per_decay: float = None
     learning_rate_decay_factor: float = recipe.LEARNING_RATE_DECAY_FACTOR
     warmup_steps: int = None
+    warmup_epochs: float = 0.0
+    adapt_batch_norm_and_biases: bool = False
     learning_rate_schedule: str = SCHEDULES[0]
     accumulate_steps: int = 1
     learning_rate_scaling: str = rules.DEFAULT_LEARNING_RATE_SCALING
@@ -266,6 +263,7 @@ def _section_of(name):
 
 def fill_defaults(settings, defaults):
     """`settings` (a TrainSettings) with every section filled by `with_defaults`."""
+    defaults = recipe.for_optimizer(defaults, settings.optimization.optimizer)
     return dataclasses.replace(settings, **{name: with_defaults(getattr(settings, name), defaults)
                                             for name in SECTIONS})
 

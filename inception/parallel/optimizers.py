@@ -1,5 +1,5 @@
 """What a training plan's stages (plans.py) build: the variables each trains, and its
-optimizer.
+optimizer (TensorFlow's, or LARS and LAMB: layerwise.py).
 
 Variables are selected by *variable* scope (`InceptionV3/Logits`), which names them the same
 for any number of towers; a tower's name scope (`tower_1/...`) names ops, never variables.
@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from inception.config import recipe
 from inception.config.plans import PlanError
+from inception.parallel import layerwise
 from inception.parallel import towers
 
 tf1 = tf.compat.v1
@@ -35,10 +36,21 @@ def select_variables(stage, trainable):
     return selected
 
 
-def make_optimizer(stage, learning_rate, single_stage):
+def make_optimizer(stage, learning_rate, single_stage, adapt_all=False):
     """The stage's optimizer. Its slot variables are named after the stage (so each stage keeps
-    its own), except in a one-stage plan, which keeps the original names (`.../RMSProp`)."""
+    its own), except in a one-stage plan, which keeps the original names (`.../RMSProp`).
+    adapt_all: LARS and LAMB give batch-norm variables and biases the trust ratio and weight
+    decay too (by default they step without: layerwise.excluded_from_adaptation)."""
     suffix = "" if single_stage else f"_{stage.name}"
+    exclude = None if adapt_all else layerwise.excluded_from_adaptation
+    if stage.optimizer == "lars":
+        return layerwise.LarsOptimizer(learning_rate, recipe.MOMENTUM, recipe.LARS_WEIGHT_DECAY,
+                                       recipe.LARS_ETA, exclude_from_adaptation=exclude,
+                                       name="LARS" + suffix)
+    if stage.optimizer == "lamb":
+        return layerwise.LambOptimizer(learning_rate, epsilon=recipe.LAMB_EPSILON,
+                                       weight_decay=recipe.LAMB_WEIGHT_DECAY,
+                                       exclude_from_adaptation=exclude, name="LAMB" + suffix)
     if stage.optimizer == "rmsprop":
         return tf1.train.RMSPropOptimizer(learning_rate, decay=recipe.RMSPROP_DECAY,
                                           momentum=recipe.RMSPROP_MOMENTUM,

@@ -3,9 +3,10 @@
 Three kinds (plans.SCHEDULES), each after a linear warm-up of `warmup_steps` from the schedule's
 start: `exponential`, the original's staircase decay (the rate times decay_factor once every
 decay_steps steps); `cosine`, half a cosine from the rate down to zero at the schedule's end (the
-run's --max_steps, or the stage's last step); `constant`. The run's schedule spans the whole
+run's --max_steps, or the stage's last step); `polynomial`, (1 - progress)^2 down to zero there;
+`constant`. The run's schedule spans the whole
 run; a stage that names a schedule gets its own, spanning that stage. The decays are
-TensorFlow's (exponential_decay, cosine_decay); the warm-up multiplies them.
+TensorFlow's (exponential_decay, cosine_decay, polynomial_decay); the warm-up multiplies them.
 """
 
 import dataclasses
@@ -13,6 +14,7 @@ import dataclasses
 import tensorflow as tf
 
 from inception.config import plans
+from inception.config import recipe
 
 tf1 = tf.compat.v1
 
@@ -36,8 +38,8 @@ class Schedule:
         if self.kind not in plans.SCHEDULES:
             raise ValueError(f"unknown learning-rate schedule {self.kind!r}; use one of "
                              f"{', '.join(plans.SCHEDULES)}")
-        if self.kind == "cosine" and self.end_step is None:
-            raise ValueError("a cosine schedule needs its end step (--max_steps)")
+        if self.kind in ("cosine", "polynomial") and self.end_step is None:
+            raise ValueError(f"a {self.kind} schedule needs its end step (--max_steps)")
 
 
 def rate_tensor(schedule, global_step, name="learning_rate"):
@@ -48,17 +50,26 @@ def rate_tensor(schedule, global_step, name="learning_rate"):
             rate = tf1.train.exponential_decay(schedule.initial_rate, since,
                                                schedule.decay_steps, schedule.decay_factor,
                                                staircase=True)
+        elif schedule.kind == "polynomial":
+            rate = tf1.train.polynomial_decay(
+                schedule.initial_rate, tf.maximum(since - schedule.warmup_steps, 0.0),
+                _decay_span(schedule), 0.0, power=recipe.POLYNOMIAL_DECAY_POWER)
         elif schedule.kind == "cosine":
             # TensorFlow's cosine_decay over the steps after the warm-up (it would mirror
             # the curve back up for the negative steps of the warm-up itself).
-            span = max(1, schedule.end_step - schedule.start_step - schedule.warmup_steps)
             rate = tf1.train.cosine_decay(schedule.initial_rate,
-                                          tf.maximum(since - schedule.warmup_steps, 0.0), span)
+                                          tf.maximum(since - schedule.warmup_steps, 0.0),
+                                          _decay_span(schedule))
         else:
             rate = tf.constant(schedule.initial_rate, tf.float32)
         if schedule.warmup_steps:
             rate = rate * tf.minimum(1.0, (since + 1.0) / float(schedule.warmup_steps))
     return tf.identity(rate, name=name)
+
+
+def _decay_span(schedule):
+    """The steps from the end of the warm-up to the schedule's end (at least 1)."""
+    return max(1, schedule.end_step - schedule.start_step - schedule.warmup_steps)
 
 
 def schedule_and_rate(optimization, steps_per_epoch, max_steps, learning_rate, global_step):
@@ -74,9 +85,16 @@ def run_schedule(optimization, steps_per_epoch, max_steps):
     updates per epoch and the run's last step (None where unknown)."""
     return Schedule(kind=optimization.learning_rate_schedule,
                     initial_rate=optimization.initial_learning_rate, end_step=max_steps,
-                    warmup_steps=optimization.warmup_steps,
+                    warmup_steps=warmup_steps(optimization, steps_per_epoch),
                     decay_steps=optimization.decay_steps(steps_per_epoch),
                     decay_factor=optimization.learning_rate_decay_factor)
+
+
+def warmup_steps(optimization, steps_per_epoch):
+    """The warm-up's steps: --warmup_epochs' at `steps_per_epoch` updates, else --warmup_steps."""
+    if optimization.warmup_epochs:
+        return max(1, round(optimization.warmup_epochs * steps_per_epoch))
+    return optimization.warmup_steps
 
 
 def stage_schedule(plan, index, run, max_steps):

@@ -9,10 +9,10 @@ the same in every stage.
 With `accumulate_steps` K, an update's input holds K micro-batches, each split over the towers:
 the towers are built K times (micro-batch k on tower i is `tower_{k * num_towers + i}`), and
 the one average over all of them is the update, so K x towers x per-tower batch examples make
-it, the global step counts updates and `mean_loss` covers every micro-batch. They are built
-into the one step's graph, and in a one-stage plan each micro-batch starts once the previous
-one's gradients are done (micro_batches.py), so the step holds the activations of one
-global batch at a time. What a step changes beside the update is after_update.py's.
+it, the global step counts updates and `mean_loss` covers every micro-batch; in a one-stage
+plan each micro-batch starts once the previous one's gradients are done (micro_batches.py).
+What a step changes beside the update is after_update.py's. A stage updated by LARS or LAMB
+leaves the loss's L2 term out: their own weight decay replaces it.
 """
 
 import dataclasses
@@ -42,15 +42,12 @@ DEFAULT_VARIABLE_DEVICE = HOST_DEVICE  # as in the original; the run's Placement
 
 @dataclasses.dataclass(frozen=True)
 class StageOps:
-    """What the loop runs while one stage is current.
-
-    train_op: one synchronous step of this stage (its gradients, update, EMA, batch-norm
-    statistics); update_op: the update within it (apply and EMA); tower_losses: float32
-    [num_towers], each tower's loss in this stage; tower_gradient_norms: float32 [num_towers],
-    the global norm of each tower's gradients in this step (NaN/Inf: that tower's update was
-    not finite); mean_loss: their mean; variables: names of the variables this stage trains;
-    skipped: variables of the stage that its loss does not reach (left out).
-    """
+    """What the loop runs while one stage is current. train_op: one synchronous step of this
+    stage (its gradients, update, EMA, batch-norm statistics); update_op: the update within it
+    (apply and EMA); tower_losses: float32 [num_towers], each tower's loss in this stage;
+    tower_gradient_norms: float32 [num_towers], each tower's global gradient norm (NaN/Inf:
+    its update was not finite); mean_loss: their mean; variables: names of the variables this
+    stage trains; skipped: variables of the stage that its loss does not reach (left out)."""
     stage: plans.Stage
     train_op: tf.Operation
     update_op: tf.Operation
@@ -65,9 +62,8 @@ class StageOps:
 
 @dataclasses.dataclass(frozen=True)
 class TrainGraph:
-    """Everything the training loop needs; `stages[i]` belongs to `plan.stages[i]`.
-
-    input_fill: with inputs staged on the towers' devices, the op that stages the first batch
+    """Everything the training loop needs; `stages[i]` belongs to `plan.stages[i]`. input_fill:
+    with inputs staged on the towers' devices, the op that stages the first batch
     (run once after `input_initializer`, before the first step); None without staging.
     loss_scaled: dynamic loss scaling is on (fp16): a step whose gradients overflow skips its
     update by design, so only a non-finite loss means divergence.
@@ -78,10 +74,8 @@ class TrainGraph:
     input_position: the examples trained on so far (pipeline.InputBatch.position; each step
     adds its own), or None when the input does not track it.
     clipped_updates: with gradient clipping, the local int64 count of updates it clipped in
-    this process (clipping.py); None without.
-    towers: every tower (towers.Tower, one per tower and micro-batch) with what its model
-    returned (towers.ModelOutputs).
-    """
+    this process (clipping.py); None without. towers: every tower (towers.Tower, one per tower
+    and micro-batch) with what its model returned (towers.ModelOutputs)."""
     global_step: tf.Variable
     plan: plans.TrainingPlan
     stages: list
@@ -115,20 +109,19 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices,
       make_model_fn: callable(batch_norm_decay) -> model_fn(images, labels) -> ModelOutputs.
       optimization: settings.OptimizationSettings (settings.with_defaults): its plan (None:
         one stage), schedule and accumulate_steps; tower_devices: one device name per tower.
-      examples_per_epoch: examples in the training subset (the schedule decays per epoch).
-      histograms: add gradient and variable histograms to the summaries (costly).
+      examples_per_epoch: examples in the training subset (the schedule decays per epoch);
+        histograms: add gradient and variable histograms to the summaries (costly).
       wrap_optimizer: optional callable(optimizer, moving_average, variables) -> an optimizer
         whose apply_gradients also updates `moving_average` (distributed/worker.py).
       initial_loss_scale: dynamic loss scaling (loss_scaling.py) from this scale; None: off.
       variable_device: where the variables, the gradient averaging and the updates run
-        (devices.py decides); with `all_reduce`, the first tower's device.
-      stage_inputs: copy each tower's input to its device a step ahead (gpu_prefetch.py; GPUs).
+        (devices.py decides; with `all_reduce`, the first tower's device).
+      stage_inputs: copy each tower's input to its device a step ahead (gpu_prefetch.py).
       learning_rate: a scalar float32 tensor every stage uses instead of its own rate (the
         range test feeds it); None: the schedules; max_steps: where a cosine one reaches zero.
-      all_reduce: all_reduce.AllReduceSpec of replicated variables (copies.py), or None;
+      all_reduce: all_reduce.AllReduceSpec of replicated variables (copies.py), or None.
       updates_statistics: False: another process updates the moving statistics and position.
-    Returns TrainGraph; raises plans.PlanError for a stage whose loss reaches no variable.
-    """
+    Returns TrainGraph; raises plans.PlanError for a stage whose loss reaches no variable."""
     plan = optimization.training_plan().validate()
     global_step = tf1.train.get_or_create_global_step()
     with tf.device(variable_device):
@@ -151,7 +144,8 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices,
             towers, updates_statistics), input_batch, updates_statistics, histograms,
         len(plan.stages) == 1, variable_device, wrap_optimizer, loss_scale,
         learning_rate is not None, plan, run_schedule, copies, reducer,
-        clipping.counter_if(optimization.clip_gradient_norm, variable_device))
+        clipping.counter_if(optimization.clip_gradient_norm, variable_device),
+        optimization.adapt_batch_norm_and_biases)
     stage_ops = _build_stages(plan, shared, len(tower_devices))
     return TrainGraph(global_step=global_step, plan=plan, stages=stage_ops,
                       corrupt_records=input_batch.corrupt_records,
@@ -204,6 +198,7 @@ class _SharedParts:
     copies: copies_lib.VariableCopies = None  # replicated variables; None: parameter_server
     reducer: all_reduce_lib.GradientReducer = None  # sums the copies' gradients
     clipped_updates: clipping.ClippedUpdates = None  # None: no clipping
+    adapt_all: bool = False  # LARS and LAMB adapt batch-norm variables and biases too
 
     def __post_init__(self):
         # Synchronous replicas apply their own update: never loss-scaled or replicated
@@ -212,6 +207,8 @@ class _SharedParts:
 
 
 def _build_stage(stage, index, shared):
+    if stage.optimizer in plans.LAYERWISE_OPTIMIZERS:
+        shared = dataclasses.replace(shared, regularization=tf.constant(0.0, name="no_l2"))
     trainable = tf1.trainable_variables()
     var_list = optimizers_lib.select_variables(stage, trainable)
     with tf.name_scope(f"stage_{stage.name}"):
@@ -233,7 +230,8 @@ def _build_stage(stage, index, shared):
                                            shared.run_schedule.end_step)
             learning_rate = (shared.schedule if own is None or shared.rate_fed
                              else schedules.rate_tensor(own, shared.global_step))
-            optimizer = optimizers_lib.make_optimizer(stage, learning_rate, shared.single_stage)
+            optimizer = optimizers_lib.make_optimizer(stage, learning_rate, shared.single_stage,
+                                                      shared.adapt_all)
             applied, extras, clipped_count = gradients, list(shared.step_extras), None
             if shared.clipped_updates is not None:
                 clipped = clipping.clip_gradients(gradients, shared.clipped_updates)

@@ -9,6 +9,7 @@ import unittest
 from absl.testing import absltest
 
 from inception.config import cluster
+from inception.config import recipe
 from inception.config import rules
 from inception.config import settings as settings_lib
 from tests import testing_utils
@@ -172,6 +173,25 @@ class SettingsTest(unittest.TestCase):
                                     "--batch_norm_group_size=-1 must be at least 0"):
             settings_lib.train_settings(train_dir="/tmp/x", sync_batch_norm=True,
                                         batch_norm_group_size=-1).validate()
+
+    def test_warm_up_in_epochs_or_steps_and_the_layerwise_rates(self):
+        with self.assertRaisesRegex(settings_lib.SettingsError,
+                                    "--warmup_epochs and --warmup_steps both"):
+            settings_lib.train_settings(train_dir="/tmp/x", warmup_epochs=2,
+                                        warmup_steps=10).validate()
+        settings_lib.train_settings(train_dir="/tmp/x", warmup_epochs=2).validate()
+        for optimizer, rate in recipe.LAYERWISE_LEARNING_RATES.items():
+            filled = settings_lib.fill_defaults(
+                settings_lib.train_settings(train_dir="/tmp/x", optimizer=optimizer),
+                recipe.DEMO_DEFAULTS)
+            self.assertEqual(filled.optimization.initial_learning_rate, rate)
+        given = settings_lib.fill_defaults(settings_lib.train_settings(
+            train_dir="/tmp/x", optimizer="lars", initial_learning_rate=9.0), recipe.DEMO_DEFAULTS)
+        self.assertEqual(given.optimization.initial_learning_rate, 9.0)
+        plain = settings_lib.fill_defaults(settings_lib.train_settings(train_dir="/tmp/x"),
+                                           recipe.DEMO_DEFAULTS)
+        self.assertEqual(plain.optimization.initial_learning_rate,
+                         recipe.DEMO_DEFAULTS.initial_learning_rate)
 
     def test_each_flat_name_lands_in_its_one_section(self):
         built = settings_lib.train_settings(train_dir="/tmp/x", data_dir="/d", num_labels=3,

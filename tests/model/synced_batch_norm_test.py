@@ -13,6 +13,7 @@ from unittest import mock
 
 import numpy as np
 import tensorflow as tf
+from absl.testing import absltest
 from tf_slim.nets import inception_v3
 
 from inception.inputs import pipeline
@@ -214,4 +215,4 @@ class TinyInceptionTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    absltest.main()

@@ -9,7 +9,10 @@ import tensorflow as tf
 import tf_slim as slim
 from absl.testing import absltest
 
+from inception.config import plans
 from inception.parallel import layerwise
+from inception.parallel import optimizers
+from inception.parallel import step_graph
 from tests import testing_utils
 
 tf1 = tf.compat.v1
@@ -310,6 +313,53 @@ class ExclusionTest(unittest.TestCase):
                                     "InceptionV3/Conv2d_1a_3x3/BatchNorm/moving_mean",
                                     "InceptionV3/Conv2d_1a_3x3/BatchNorm/moving_variance",
                                     "InceptionV3/Logits/Conv2d_1c_1x1/biases"])
+
+
+def step_graph_run(devices, optimizer, steps=3, adapt=False):
+    """`steps` updates of the small conv model (L2 weight decay in its loss) by `optimizer`
+    over `devices`; returns (the first step's mean_loss, the mean of the towers' data losses
+    that step, every trainable variable's value after the steps)."""
+    optimization = testing_utils.optimization(
+        initial_learning_rate=0.5, optimizer=optimizer, adapt_batch_norm_and_biases=adapt)
+    with tf.Graph().as_default():
+        built = step_graph.build_train_graph(
+            testing_utils.synthetic_input(8), lambda decay: testing_utils.small_conv_model_fn(),
+            optimization, devices, 64)
+        stage = built.stages[0]
+        data_loss = tf.reduce_mean([tower.data_loss() for tower in built.towers])
+        with tf1.Session(config=testing_utils.cpu_session_config(2)) as session:
+            session.run([tf1.global_variables_initializer(), built.input_initializer])
+            _, mean_loss, data = session.run([stage.train_op, stage.mean_loss, data_loss])
+            for _ in range(steps - 1):
+                session.run(stage.train_op)
+            return mean_loss, data, session.run(
+                {v.op.name: v for v in tf1.trainable_variables()})
+
+
+class InTheStepGraphTest(unittest.TestCase):
+    """--optimizer=lars / lamb in the training graph: 2 towers update as one device does, and
+    their own weight decay replaces the loss's L2 term."""
+
+    def test_two_towers_equal_one_device_and_the_loss_has_no_l2_term(self):
+        for optimizer in ("lars", "lamb"):
+            with self.subTest(optimizer=optimizer):
+                one = step_graph_run(["/cpu:0"], optimizer)
+                two = step_graph_run(["/cpu:0", "/cpu:1"], optimizer)
+                for name, value in one[2].items():  # float32 sums in another order: ulps
+                    np.testing.assert_allclose(two[2][name], value, rtol=0, atol=2e-6,
+                                               err_msg=name)
+                self.assertAlmostEqual(one[0], one[1], places=6)
+        with_l2 = step_graph_run(["/cpu:0"], "momentum")
+        self.assertGreater(with_l2[0] - with_l2[1], 1e-4)  # the model's L2 term is there
+
+    def test_the_exclusion_can_be_turned_off(self):
+        stage = plans.Stage("train", optimizer="lars")
+        self.assertIs(optimizers.make_optimizer(stage, 0.1, True)._exclude,
+                      layerwise.excluded_from_adaptation)
+        self.assertIsNone(optimizers.make_optimizer(stage, 0.1, True, adapt_all=True)._exclude)
+        lamb = optimizers.make_optimizer(plans.Stage("train", optimizer="lamb"), 0.1, False)
+        self.assertIsInstance(lamb, layerwise.LambOptimizer)
+        self.assertEqual(lamb.get_name(), "LAMB_train")
 
 
 if __name__ == "__main__":

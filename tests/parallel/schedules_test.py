@@ -44,6 +44,25 @@ class ScheduleValuesTest(unittest.TestCase):
         self.assertAlmostEqual(rates(schedule, [60])[0], 0.2, places=6)  # halfway: half
         self.assertLess(rates(schedule, [110])[0], 1e-7)
 
+    def test_polynomial_falls_as_the_square_of_what_is_left_after_the_warm_up(self):
+        schedule = schedules.Schedule("polynomial", 0.4, end_step=110, warmup_steps=10)
+        steps = [0, 9, 10, 35, 60, 109, 110, 150]
+
+        def expected(step):
+            warm = min(1.0, (step + 1) / 10)
+            left = 1.0 - min(1.0, max(0.0, (step - 10) / 100))
+            return 0.4 * warm * left ** 2
+        np.testing.assert_allclose(rates(schedule, steps), [expected(s) for s in steps],
+                                   rtol=RTOL, atol=ATOL)
+        self.assertAlmostEqual(rates(schedule, [60])[0], 0.1, places=6)  # halfway: a quarter
+
+    def test_warm_up_in_epochs_is_those_epochs_updates(self):
+        optimization = testing_utils.optimization(warmup_epochs=2.5, warmup_steps=0)
+        self.assertEqual(schedules.run_schedule(optimization, 8, None).warmup_steps, 20)
+        self.assertEqual(schedules.run_schedule(optimization, 0.1, None).warmup_steps, 1)
+        by_steps = testing_utils.optimization(warmup_steps=7)
+        self.assertEqual(schedules.run_schedule(by_steps, 8, None).warmup_steps, 7)
+
     def test_constant_keeps_the_rate_after_its_warm_up(self):
         schedule = schedules.Schedule("constant", 0.3, warmup_steps=3)
         np.testing.assert_allclose(rates(schedule, [0, 1, 2, 3, 1000]),
@@ -63,6 +82,10 @@ class ScheduleValuesTest(unittest.TestCase):
                                       decay_factor=0.5)
         np.testing.assert_allclose(rates(decaying, [30, 36, 37, 44]), [0.1, 0.1, 0.05, 0.025],
                                    rtol=RTOL)
+
+    def test_polynomial_without_an_end_is_refused(self):
+        with self.assertRaisesRegex(ValueError, "polynomial schedule needs its end step"):
+            schedules.Schedule("polynomial", 0.1)
 
     def test_cosine_without_an_end_is_refused(self):
         with self.assertRaisesRegex(ValueError, "max_steps"):

@@ -100,3 +100,14 @@ def parse_flags(argv):
         return flags.FLAGS(argv)
     except flags.Error as error:
         fail(f"{error} (see --help)", code=2)
+
+
+def duration(seconds):
+    """`seconds` for a person: '12.3 s', '4 min 05 s', '2 h 03 min 04 s'."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min {secs:02d} s"

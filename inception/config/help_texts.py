@@ -116,6 +116,10 @@ TRAIN_HELP = {
         "With --sync_batch_norm: statistics over groups of this many consecutive towers "
         "(0: all of the cluster's; beside parameter servers, all of one worker's, the most "
         "a group may span there). Must divide them.",
+    "target_accuracy":
+        "Stop at the first validation (--eval_every_n_steps) whose precision@1 reaches this "
+        "fraction (e.g. 0.759); the log and train/time_to_accuracy give the wall time it "
+        "took, resumes included (0: no target).",
     "xla":
         "Compile the step with XLA auto-clustering (fuses batch norm, "
         "ReLU and friends; slower on this project's CPU, see README, Benchmarks).",

@@ -96,7 +96,7 @@ def _check_counts(settings):
     at_least(augmentation, ("randaugment_magnitude", "mixup_alpha", "cutmix_alpha"), 0)
     for section, name, most in (
             (augmentation, "randaugment_magnitude", MAX_RANDAUGMENT_MAGNITUDE),
-            (augmentation, "random_erasing", 1)):
+            (augmentation, "random_erasing", 1), (settings.validation, "target_accuracy", 1)):
         if not 0 <= getattr(section, name) <= most:
             _fail(name, getattr(section, name), f"must be in [0, {most}]")
     problem = holdout.fraction_problem(data.validation_fraction)
@@ -231,10 +231,10 @@ def _check_combinations(settings):
     if settings.loop.num_epochs is not None and settings.loop.max_steps is not None:
         raise SettingsError(f"--num_epochs={settings.loop.num_epochs:g} and --max_steps="
                             f"{settings.loop.max_steps} both set the run's length; pass one.")
-    if validation.eval_every_n_steps == 0 and (
-            validation.stop_after_evals_without_improvement or validation.export_best_dir):
-        raise SettingsError("--stop_after_evals_without_improvement and --export_best_dir "
-                            "act on validation during training; pass --eval_every_n_steps=N.")
+    acting = ("stop_after_evals_without_improvement", "export_best_dir", "target_accuracy")
+    if validation.eval_every_n_steps == 0 and any(getattr(validation, n) for n in acting):
+        raise SettingsError(f"{', '.join('--' + n for n in acting)} act on validation during "
+                            "training; pass --eval_every_n_steps=N.")
     if (init.fine_tune or init.checkpoint_exclude_scopes) and \
             not init.pretrained_model_checkpoint_path:
         raise SettingsError("--fine_tune and --checkpoint_exclude_scopes need "

@@ -186,12 +186,13 @@ class ValidationSettings:
     every eval_every_n_steps steps and at the end (0: never), the best checkpoint by
     best_metric kept in <train_dir>/best and exported to export_best_dir (empty: not
     exported), training stopped after stop_after_evals_without_improvement evaluations
-    without a new best (0: never)."""
+    without a new best (0: never) or at the first reaching target_accuracy (0: none)."""
     eval_every_n_steps: int = None
     eval_batch_size: int = recipe.EVAL_BATCH_SIZE
     best_metric: str = rules.BEST_METRICS[0]
     export_best_dir: str = ""
     stop_after_evals_without_improvement: int = 0
+    target_accuracy: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)

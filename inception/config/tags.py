@@ -25,6 +25,7 @@ EXAMPLES_PER_SEC = "train/examples_per_sec"
 NAN_ROLLBACKS = "train/nan_rollbacks"
 CORRUPT_RECORDS = "train/corrupt_records"
 CLIPPED_UPDATES = "train/clipped_updates"
+TIME_TO_ACCURACY = "train/time_to_accuracy"  # seconds, at the step --target_accuracy was reached
 INPUT_IMAGES = "train/input_images"
 
 

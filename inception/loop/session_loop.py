@@ -1,7 +1,7 @@
 """The training loop: session, resume, logging, summaries, NaN check, checkpoints, signals.
 
 It runs a `TrainGraph` built by a callable (so tests can run the real loop on small models)
-and owns everything with side effects: files in `train_dir` and the log.
+and owns everything with side effects: files in `train_dir`, the log, the run's wall clock.
 """
 
 import dataclasses
@@ -37,8 +37,8 @@ class TrainResult:
 
     stopped_by_peer: another task of a cluster ended the run before max_steps (distributed);
     peer_signal: the signal to another task that ended it, if that is what did.
-    stopped_early: early stopping ended it (no better validation for a while).
-    last_validation: the last validation's scoring.EvalResult (None: no validation ran).
+    stopped_early: early stopping ended it (no better validation for a while, or the target
+    accuracy reached); last_validation: the last validation's scoring.EvalResult (or None).
     """
     step: int
     checkpoint: str = None
@@ -69,10 +69,9 @@ def run_training(build_graph, session_config, settings, make_initializer=None, l
 
     Args:
       build_graph: callable() -> step_graph.TrainGraph, called inside a fresh default graph.
-      session_config: tf.compat.v1.ConfigProto (devices for the towers).
+      session_config: tf.compat.v1.ConfigProto (devices for the towers); log: callable(str).
       settings: settings.LoopSettings, its max_steps filled (settings.with_defaults).
       make_initializer: optional callable() -> callable(session), for a fresh start only.
-      log: callable(str) for progress lines.
       replica: Replica; None trains on this machine alone. A non-chief replica neither reads
         nor writes `train_dir`: it waits for the chief to initialize the shared variables.
       validation: validation.in_training.TrainingValidation, or None: scores the checkpoint
@@ -145,6 +144,7 @@ class _Loop:
         """Trains from `step` to settings.max_steps (or a stop request); returns TrainResult."""
         settings = self.settings
         self.rollbacks.resumed_from = self.unverified = checkpoint
+        self.clock = health.RunClock(self.run_dir, resumed=checkpoint is not None)
         if self.replica.is_chief:
             self.writer = tf1.summary.FileWriter(
                 settings.train_dir, self.session.graph if checkpoint is None else None)
@@ -203,7 +203,7 @@ class _Loop:
         """Validates the checkpoint just saved; returns whether early stopping ends the run."""
         self.writer.flush()
         started = time.time()
-        result.stopped_early = self.validation.validate(result.checkpoint)
+        result.stopped_early = self.validation.validate(result.checkpoint, self.clock.seconds())
         result.last_validation = self.validation.last_result
         cadences.pause(time.time() - started)
         return result.stopped_early
@@ -269,7 +269,7 @@ class _Loop:
         cadences.interval_start, cadences.interval_step = now, step
         notes.report(self.session, self.graph, steps_done, self.log)
         if self.replica.is_chief:
-            health.record_progress(self.run_dir, step)
+            self.clock.record(step)
 
     def _scalar(self, tag, value, step):
         self.writer.add_summary(tf1.Summary(value=[tf1.Summary.Value(

@@ -9,8 +9,9 @@
                                        run diverged (kept, never deleted; rename to retry)
 <train_dir>/checkpoint_health.json     what each save recorded: its step's loss, gradient norm,
                                        and whether the loss was climbing
-<train_dir>/progress.json              the step the chief last logged (a resumed run says how many
-                                       steps it trains again)
+<train_dir>/progress.json              the step the chief last logged and the run's wall time then
+                                       (a resumed run says how many steps it trains again, and
+                                       goes on counting the time)
 <train_dir>/start/model.ckpt-0.*       the weights a fresh run started from (a rollback before
                                        the first checkpoint restores them)
 ```

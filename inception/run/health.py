@@ -9,12 +9,14 @@ records live in `<train_dir>/checkpoint_health.json`; they are advisory: a missi
 file never stops a run (checkpoints without a record count as verified).
 
 The chief also records the step it last logged (`<train_dir>/progress.json`, record_progress),
-so that a run resumed after a crash says how many steps since its checkpoint it trains again.
+so that a run resumed after a crash says how many steps since its checkpoint it trains again,
+and the run's wall time so far (RunClock), which a resumed run goes on counting.
 """
 
 import dataclasses
 import json
 import os
+import time
 
 import tensorflow as tf
 
@@ -26,22 +28,43 @@ HEALTH_FILE = "checkpoint_health.json"
 PROGRESS_FILE = "progress.json"
 
 
-def record_progress(directory, step):
-    """Records that the run in `directory` (a RunDirectory) reached `step`; best effort, as
-    the record is only advice for the next resume."""
+def record_progress(directory, step, wall_secs=None):
+    """Records that the run in `directory` (a RunDirectory) reached `step` after `wall_secs` of
+    wall time (RunClock); best effort, as the record is only advice for the next resume."""
     try:
-        files.write_text_atomically(directory.file(PROGRESS_FILE),
-                                    json.dumps({"step": step}) + "\n")
+        files.write_text_atomically(directory.file(PROGRESS_FILE), json.dumps(
+            {"step": step, "wall_secs": wall_secs}) + "\n")
     except (OSError, tf.errors.OpError):
         pass
 
 
-def recorded_progress(directory):
-    """The step the run in `directory` last recorded reaching, or None."""
+def recorded_progress(directory, field="step"):
+    """What the run in `directory` last recorded: the step it reached (`field` "step") or its
+    wall time then ("wall_secs"); None when nothing readable was recorded."""
     try:
-        return int(json.loads(files.read_text(directory.file(PROGRESS_FILE)))["step"])
+        value = json.loads(files.read_text(directory.file(PROGRESS_FILE)))[field]
+        return None if value is None else (int(value) if field == "step" else float(value))
     except (OSError, tf.errors.OpError, ValueError, KeyError, TypeError):
         return None
+
+
+class RunClock:
+    """A run's wall time across its attempts: what the attempts before this one recorded (when
+    it resumes), plus this one's since its training loop started. Each attempt counts up to
+    its last recorded log line: a crash loses at most one log interval of it."""
+
+    def __init__(self, directory, resumed):
+        """directory: the run's RunDirectory; resumed: this attempt continues a checkpoint."""
+        self.directory, self.started = directory, time.time()
+        self.before = (recorded_progress(directory, "wall_secs") or 0.0) if resumed else 0.0
+
+    def seconds(self):
+        """The run's wall time so far, in seconds."""
+        return self.before + time.time() - self.started
+
+    def record(self, step):
+        """record_progress of `step` with the wall time now."""
+        record_progress(self.directory, step, self.seconds())
 
 
 @dataclasses.dataclass(frozen=True)

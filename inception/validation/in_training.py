@@ -1,7 +1,9 @@
 """Validation inside training: the eval job's scoring of the validation shards, run in the
 training process on each checkpoint it is due for, and what follows from each result: the
 summaries in `<train_dir>/eval_validation` (as the eval job writes them), the best checkpoint
-kept in `<train_dir>/best` (and exported), and early stopping.
+kept in `<train_dir>/best` (and exported), and early stopping: after validations without a
+better one, or at the first that reaches --target_accuracy (time to accuracy, MLPerf's measure
+and tf_cnn_benchmarks' --stop_at_top_1_accuracy).
 
 The evaluation graph is its own graph with its own session, built once beside the training
 graph: training's graph, random streams and input order are untouched, so the loss curve at a
@@ -14,7 +16,9 @@ import time
 
 import tensorflow as tf
 
+from common import cli
 from common import error_lines
+from inception.config import tags
 from inception.inputs import datasets
 from inception.loop import cadence
 from inception.run import best as best_lib
@@ -47,14 +51,16 @@ class TrainingValidation:
         self.best = best_lib.BestCheckpoint(self.train_dir)
         self.record = self._read_record()
         self.last_step = self.last_result = None
+        self.reached = False  # a validation reached settings.target_accuracy
 
     def due(self, step):
         """Whether `step` is one the settings validate at (the end is asked for separately)."""
         return self.cadence.due(step)
 
-    def validate(self, checkpoint_path):
+    def validate(self, checkpoint_path, wall_secs=None):
         """Scores `checkpoint_path`, publishes the result and keeps a new best; returns whether
-        early stopping says training should end here."""
+        early stopping says training should end here. wall_secs: the run's wall time so far
+        (run.health.RunClock), what reaching the target accuracy took."""
         started = time.time()
         result = scoring.evaluate_checkpoint(
             self.eval_graph, checkpoint_path, self.session_config, self.expected,
@@ -64,10 +70,15 @@ class TrainingValidation:
         reporting.publish(result, self.writer, self.eval_dir, self.label_names, self.log,
                           heading=f"validation at step {result.step} ({elapsed:.1f} s)")
         self._keep_if_best(checkpoint_path, result)
-        return self._should_stop()
+        return self._reached_target(result, wall_secs) or self._should_stop()
 
     def close(self):
-        """Closes the summary writer; says where the results are."""
+        """Closes the summary writer; says where the results are (and that a target accuracy
+        was not reached, if so)."""
+        target = self.settings.target_accuracy
+        if target and not self.reached and self.last_result is not None:
+            self.log(f"did not reach precision@1 {target:g}: the last validation (step "
+                     f"{self.last_step}) had {self.last_result.precision_at_1:.4f}.")
         self.writer.close()
         self.log(f"validation: {self.eval_dir}; best checkpoint: {self.best.directory.path}"
                  + (f" (step {self.record.step}, {self.record.metric} = {self.record.value:.4f})"
@@ -122,6 +133,22 @@ class TrainingValidation:
             self.log(f"warning: the new best checkpoint was not exported: {error}")
             return
         self.log(f"  exported as {version}")
+
+    def _reached_target(self, result, wall_secs):
+        """Whether `result` reaches the target accuracy: then logged with the time it took and
+        written as tags.TIME_TO_ACCURACY (seconds) at its step."""
+        target = self.settings.target_accuracy
+        if not target or result.precision_at_1 < target:
+            return False
+        self.reached = True
+        took = "" if wall_secs is None else f" after {cli.duration(wall_secs)}"
+        self.log(f"reached precision@1 {target:g} at step {result.step}{took} (wall time since "
+                 "the start, resumes included); training stops here.")
+        if wall_secs is not None:
+            self.writer.add_summary(tf1.Summary(value=[tf1.Summary.Value(
+                tag=tags.TIME_TO_ACCURACY, simple_value=wall_secs)]), result.step)
+            self.writer.flush()
+        return True
 
     def _should_stop(self):
         patience = self.settings.stop_after_evals_without_improvement

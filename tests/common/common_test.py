@@ -151,6 +151,15 @@ class CliTest(unittest.TestCase):
         self.assertEqual(completed.stderr, "")
 
 
+class DurationTest(unittest.TestCase):
+
+    def test_seconds_minutes_and_hours(self):
+        self.assertEqual(cli.duration(12.34), "12.3 s")
+        self.assertEqual(cli.duration(245), "4 min 05 s")
+        self.assertEqual(cli.duration(7384), "2 h 03 min 04 s")
+        self.assertEqual(cli.duration(59.96), "60.0 s")  # under a minute stays in seconds
+
+
 class ProgressBarTest(unittest.TestCase):
 
     def test_a_non_terminal_stream_gets_a_line_every_tenth(self):

@@ -160,6 +160,21 @@ class HealthyCheckpointTest(unittest.TestCase):
                          [True, True, True, False])
 
 
+class RunClockTest(unittest.TestCase):
+
+    def test_a_resumed_run_goes_on_counting_and_a_fresh_one_starts_at_zero(self):
+        directory = RunDirectory(testing_utils.temp_dir("clock"))
+        first = health.RunClock(directory, resumed=True)  # nothing recorded yet: from zero
+        self.assertLess(first.seconds(), 5.0)
+        first.before = 100.0  # as if 100 s had passed
+        first.record(7)
+        self.assertEqual(health.recorded_progress(directory), 7)
+        self.assertGreaterEqual(health.recorded_progress(directory, "wall_secs"), 100.0)
+        resumed = health.RunClock(directory, resumed=True)
+        self.assertGreaterEqual(resumed.seconds(), 100.0)
+        self.assertLess(health.RunClock(directory, resumed=False).seconds(), 5.0)
+
+
 class LastHealthyTest(unittest.TestCase):
     """HealthRecords.last_healthy on hand-made records."""
 

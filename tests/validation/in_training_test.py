@@ -13,6 +13,7 @@ import tensorflow as tf
 from absl.testing import absltest
 
 from inception.config import settings as settings_lib
+from inception.config import tags
 from inception.driver import launch
 from inception.inputs import datasets
 from inception.run import best as best_lib
@@ -45,6 +46,14 @@ def train(name, **overrides):
 
 
 class ValidationInTrainingTest(unittest.TestCase):
+
+    def test_a_target_accuracy_stops_the_run_at_the_first_validation_reaching_it(self):
+        result, lines, _ = train("target", eval_every_n_steps=2, target_accuracy=0.01,
+                                 max_steps=6)
+        self.assertEqual((result.step, result.stopped_early), (2, True))
+        reached = [line for line in lines if line.startswith("reached precision@1 0.01 at step 2 "
+                                                             "after ")]
+        self.assertEqual(len(reached), 1, lines)
 
     def test_same_scores_as_the_eval_job_and_the_same_training(self):
         result, lines, train_dir = train("validated", eval_every_n_steps=2)
@@ -157,9 +166,10 @@ class BestAndEarlyStoppingTest(unittest.TestCase):
                        "depth_multiplier": 0.1, "num_classes": 3}, handle)
         self.lines = []
 
-    def validation(self, patience):
+    def validation(self, patience, target=0.0):
         settings = settings_lib.ValidationSettings(eval_every_n_steps=2,
-                                                   stop_after_evals_without_improvement=patience)
+                                                   stop_after_evals_without_improvement=patience,
+                                                   target_accuracy=target)
         return in_training.TrainingValidation(settings, None, None, self.train_dir, 10,
                                               ("a", "b"), self.lines.append)
 
@@ -173,8 +183,26 @@ class BestAndEarlyStoppingTest(unittest.TestCase):
             step = 2 * (index + 1)
             with mock.patch.object(scoring, "evaluate_checkpoint",
                                    return_value=fake_result(step, precision)):
-                stops.append(validation.validate(self.checkpoint(step)))
+                stops.append(validation.validate(self.checkpoint(step), wall_secs=50.0 * step))
         return stops
+
+    def test_stops_at_the_first_validation_reaching_the_target_with_its_time(self):
+        validation = self.validation(0, target=0.6)
+        self.assertEqual(self.run_scores(validation, [0.5, 0.6]), [False, True])
+        validation.close()
+        self.assertIn("reached precision@1 0.6 at step 4 after 3 min 20 s (wall time since the "
+                      "start, resumes included); training stops here.", self.lines)
+        self.assertEqual(best_lib.BestCheckpoint(self.train_dir).read().step, 4)
+        scalars = testing_utils.read_scalars(job.default_eval_dir(self.train_dir, "validation"))
+        self.assertEqual(scalars[tags.TIME_TO_ACCURACY], [(4, 200.0)])
+        self.assertFalse(any(line.startswith("did not reach") for line in self.lines))
+
+    def test_a_run_that_misses_the_target_says_so(self):
+        validation = self.validation(0, target=0.9)
+        self.assertEqual(self.run_scores(validation, [0.5, 0.7]), [False, False])
+        validation.close()
+        self.assertIn("did not reach precision@1 0.9: the last validation (step 4) had 0.7000.",
+                      self.lines)
 
     def test_stops_after_patience_evaluations_without_a_strictly_better_one(self):
         stops = self.run_scores(self.validation(2), [0.5, 0.6, 0.6, 0.55])

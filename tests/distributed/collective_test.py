@@ -22,6 +22,7 @@ from inception.config import settings as settings_lib
 from inception.distributed import collective
 from inception.inputs import pipeline
 from inception.loop import guards
+from inception.model import synced_batch_norm
 from inception.loop import session_loop
 from inception.parallel import all_reduce
 from inception.parallel import copies as copies_lib
@@ -128,10 +129,12 @@ class _Worker:
 
 
 def train_two_workers(model_fn, steps=STEPS):
-    """Two workers of two towers each, trained `steps` steps side by side in threads."""
+    """Two workers of two towers each, trained `steps` steps side by side in threads;
+    `model_fn`, or `model_fn(task)` for a callable marked `per_task`."""
     ports = local_cluster.free_ports(2)
     spec = tf1.train.ClusterSpec({"worker": [f"127.0.0.1:{port}" for port in ports]})
-    workers = [_Worker(task, spec, model_fn) for task in range(2)]
+    workers = [_Worker(task, spec, model_fn(task) if getattr(model_fn, "per_task", False)
+                       else model_fn) for task in range(2)]
     threads = [threading.Thread(target=worker.train, args=(steps,)) for worker in workers]
     for thread in threads:
         thread.start()
@@ -187,6 +190,31 @@ class TwoWorkersEqualOneProcessTest(unittest.TestCase):
         weights = [name for name in shorter if name.endswith("weights")]
         self.assertTrue(any(np.max(np.abs(shorter[name] - chief.values[name])) > 100 * TOLERANCE
                             for name in weights))
+
+
+class SyncedBatchNormAcrossWorkersTest(unittest.TestCase):
+
+    def test_two_workers_synchronized_equal_four_synchronized_towers_on_one_device(self):
+        """--sync_batch_norm over every tower of the cluster: its collectives span the two
+        workers, and 3 steps equal one process whose 4 towers synchronize (weights and moving
+        statistics within TOLERANCE, as above)."""
+        def worker_model_fn(task):
+            return testing_utils.small_batch_norm_model_fn(synced_batch_norm.BatchNormGroups(
+                group_size=4, towers_per_worker=2, first_device=2 * task))
+        worker_model_fn.per_task = True
+        chief, other = train_two_workers(worker_model_fn)
+        reference = train_one_process(testing_utils.small_batch_norm_model_fn(
+            synced_batch_norm.BatchNormGroups(group_size=4, towers_per_worker=4)), chief.before)
+        moving = [name for name in reference if "moving_" in name]
+        self.assertTrue(moving)
+        for name, value in reference.items():
+            np.testing.assert_allclose(chief.values[name], value, rtol=0, atol=TOLERANCE,
+                                       err_msg=name)
+            np.testing.assert_allclose(other.values[name], value, rtol=0, atol=TOLERANCE,
+                                       err_msg=name)
+        unsynced = train_one_process(testing_utils.small_batch_norm_model_fn(), chief.before)
+        self.assertTrue(any(np.max(np.abs(unsynced[name] - chief.values[name]))
+                            > 100 * TOLERANCE for name in moving))
 
 
 class WantsToStopAtStep2(collective.CollectiveWorker):

@@ -7,23 +7,18 @@ tight comparison is on a small batch-norm model; the tiny Inception (which ampli
 through its depth) within a looser bound."""
 
 import functools
-import itertools
 import unittest
 from unittest import mock
 
 import numpy as np
 import tensorflow as tf
 from absl.testing import absltest
-from tf_slim.nets import inception_v3
 
 from inception.inputs import pipeline
-from inception.model import mixed_precision
 from inception.model import network
 from inception.model import synced_batch_norm
-from inception.model.slim_compat import tf_slim as slim
 from inception.parallel import all_reduce
 from inception.parallel import step_graph
-from inception.parallel import towers as towers_lib
 from tests import testing_utils
 
 tf1 = tf.compat.v1
@@ -46,34 +41,6 @@ TOLERANCE = 2e-5
 # gradients up to 32); unsynchronized towers: 2.6, 2.9 and 235.
 INCEPTION_TOLERANCE = 1e-2
 INCEPTION_GRADIENT_TOLERANCE = 5.0
-
-
-def bn_model_fn(groups=None, compute_dtype=None):
-    """model_fn(images, labels): two 3x3 convolutions with batch norm (tf-slim's, or synced over
-    `groups`, a BatchNormGroups), a mean over space, a dense layer; seeded initial weights;
-    the convolutions in `compute_dtype` over float32 variables when given."""
-    built = itertools.count()
-
-    def model_fn(images, labels):
-        statistics = groups and groups.for_tower(next(built))
-        normalizer = statistics.batch_norm if statistics else slim.batch_norm
-        with slim.arg_scope(inception_v3.inception_v3_arg_scope(batch_norm_decay=0.9)), \
-                slim.arg_scope([slim.batch_norm], is_training=True), \
-                slim.arg_scope([slim.conv2d], normalizer_fn=normalizer), \
-                mixed_precision.building_in(compute_dtype):
-            net = slim.conv2d(mixed_precision.to_compute(images, compute_dtype), 8, [3, 3],
-                              scope="net/conv1",
-                              weights_initializer=tf1.glorot_uniform_initializer(seed=1))
-            net = slim.conv2d(net, 8, [3, 3], stride=2, scope="net/conv2",
-                              weights_initializer=tf1.glorot_uniform_initializer(seed=2))
-        net = mixed_precision.to_float32(net)
-        logits = slim.fully_connected(
-            tf.reduce_mean(net, [1, 2]), 4, activation_fn=None, scope="net/logits",
-            weights_initializer=tf1.glorot_uniform_initializer(seed=3))
-        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
-            labels=labels, logits=logits))
-        return towers_lib.ModelOutputs({"cross_entropy": loss}, logits=logits, labels=labels)
-    return model_fn
 
 
 def one_step(devices, make_model_fn, input_batch, spec=None, accumulate_steps=1,
@@ -124,7 +91,8 @@ def fixed_batch(size):
 
 def small_step(devices, groups=None, spec=None, accumulate_steps=1, compute_dtype=None):
     """one_step of bn_model_fn on 8x8 images."""
-    return one_step(devices, lambda decay: bn_model_fn(groups, compute_dtype), fixed_batch(8),
+    return one_step(devices, lambda decay: testing_utils.small_batch_norm_model_fn(
+        groups, compute_dtype), fixed_batch(8),
                     spec, accumulate_steps)
 
 

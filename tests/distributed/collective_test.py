@@ -30,6 +30,7 @@ from inception.parallel import step_graph
 from inception.run.directory import RunDirectory
 from tests import faults
 from tests import testing_utils
+from tests.model import small_models
 from tests.distributed import local_cluster
 from tests.distributed.local_cluster import error_lines
 from tests.distributed.local_cluster import RESTART_EXIT_CODE
@@ -199,11 +200,11 @@ class SyncedBatchNormAcrossWorkersTest(unittest.TestCase):
         workers, and 3 steps equal one process whose 4 towers synchronize (weights and moving
         statistics within TOLERANCE, as above)."""
         def worker_model_fn(task):
-            return testing_utils.small_batch_norm_model_fn(synced_batch_norm.BatchNormGroups(
+            return small_models.small_batch_norm_model_fn(synced_batch_norm.BatchNormGroups(
                 group_size=4, towers_per_worker=2, first_device=2 * task))
         worker_model_fn.per_task = True
         chief, other = train_two_workers(worker_model_fn)
-        reference = train_one_process(testing_utils.small_batch_norm_model_fn(
+        reference = train_one_process(small_models.small_batch_norm_model_fn(
             synced_batch_norm.BatchNormGroups(group_size=4, towers_per_worker=4)), chief.before)
         moving = [name for name in reference if "moving_" in name]
         self.assertTrue(moving)
@@ -212,7 +213,7 @@ class SyncedBatchNormAcrossWorkersTest(unittest.TestCase):
                                        err_msg=name)
             np.testing.assert_allclose(other.values[name], value, rtol=0, atol=TOLERANCE,
                                        err_msg=name)
-        unsynced = train_one_process(testing_utils.small_batch_norm_model_fn(), chief.before)
+        unsynced = train_one_process(small_models.small_batch_norm_model_fn(), chief.before)
         self.assertTrue(any(np.max(np.abs(unsynced[name] - chief.values[name]))
                             > 100 * TOLERANCE for name in moving))
 

@@ -20,6 +20,7 @@ from inception.model import synced_batch_norm
 from inception.parallel import all_reduce
 from inception.parallel import step_graph
 from tests import testing_utils
+from tests.model import small_models
 
 tf1 = tf.compat.v1
 ONE = ["/cpu:0"]
@@ -91,7 +92,7 @@ def fixed_batch(size):
 
 def small_step(devices, groups=None, spec=None, accumulate_steps=1, compute_dtype=None):
     """one_step of bn_model_fn on 8x8 images."""
-    return one_step(devices, lambda decay: testing_utils.small_batch_norm_model_fn(
+    return one_step(devices, lambda decay: small_models.small_batch_norm_model_fn(
         groups, compute_dtype), fixed_batch(8),
                     spec, accumulate_steps)
 

@@ -111,7 +111,7 @@ TRAIN_HELP = {
         "Batch norm in training over the global batch of each step (the examples of every "
         "tower, and of every worker of a cluster without --ps_hosts; each micro-batch's own "
         "with --accumulate_steps) instead of each tower's slice; the moving statistics are "
-        "then the same on every tower. See README, Several GPUs.",
+        "then the same on every tower. See README, Training (Batch norm).",
     "batch_norm_group_size":
         "With --sync_batch_norm: statistics over groups of this many consecutive towers "
         "(0: all of the cluster's; beside parameter servers, all of one worker's, the most "

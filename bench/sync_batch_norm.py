@@ -25,9 +25,11 @@ from common import machine
 CONFIGURATIONS = ("per_tower", "synchronized")
 
 
-def step_times(configuration, towers, batch, image_size, depth_multiplier, steps):
-    """Seconds of each of `steps` timed training steps of `configuration` on `towers` virtual
-    CPU towers (in this process), after two untimed ones."""
+def step_times(configuration, towers, batch, image_size, depth_multiplier, steps,
+               device_kind="cpu"):
+    """Seconds of each of `steps` timed training steps of `configuration` on `towers` towers
+    (virtual CPU devices, or GPUs for `device_kind` "gpu"; in this process), after two untimed
+    ones."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
     from inception.config import recipe  # pylint: disable=import-outside-toplevel
@@ -50,9 +52,9 @@ def step_times(configuration, towers, batch, image_size, depth_multiplier, steps
     built = step_graph.build_train_graph(
         pipeline.InputBatch(images, labels, tf.constant(0, tf.int64), tf.no_op()),
         lambda decay: network.make_model_fn(model, decay, batch_norm_groups=groups),
-        optimization, [f"/cpu:{index}" for index in range(towers)], 10_000)
+        optimization, [f"/{device_kind}:{index}" for index in range(towers)], 10_000)
     config = tf1.ConfigProto()
-    config.device_count["CPU"] = towers
+    config.device_count["CPU"] = towers if device_kind == "cpu" else 1
     times = []
     with tf1.Session(config=config) as session:
         session.run(tf1.global_variables_initializer())
@@ -68,14 +70,14 @@ def run_child(configuration, argv):
     """The step times of `configuration` measured in a fresh process."""
     done = subprocess.run([sys.executable, "-m", "bench.sync_batch_norm", *argv,
                            f"--only={configuration}"], capture_output=True, text=True,
-                          check=True, env=dict(os.environ, CUDA_VISIBLE_DEVICES="",
-                                               PYTHONPATH=os.getcwd()))
+                          check=True, env=dict(os.environ, PYTHONPATH=os.getcwd()))
     return json.loads(done.stdout.split("RESULT")[-1])
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--towers", type=int, default=4)
+    parser.add_argument("--device_kind", default="cpu", choices=("cpu", "gpu"))
     parser.add_argument("--batch", type=int, default=16, help="global batch (all towers)")
     parser.add_argument("--image_size", type=int, default=96)
     parser.add_argument("--depth_multiplier", type=float, default=0.5)
@@ -84,7 +86,8 @@ def main():
     parser.add_argument("--output_json", default="")
     parser.add_argument("--only", default="", help=argparse.SUPPRESS)  # one child process
     args = parser.parse_args()
-    sizes = (args.towers, args.batch, args.image_size, args.depth_multiplier, args.steps)
+    sizes = (args.towers, args.batch, args.image_size, args.depth_multiplier, args.steps,
+             args.device_kind)
     if args.only:
         print("RESULT" + json.dumps(step_times(args.only, *sizes)))
         return

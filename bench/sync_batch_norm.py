@@ -70,7 +70,8 @@ def run_child(configuration, argv):
     """The step times of `configuration` measured in a fresh process."""
     done = subprocess.run([sys.executable, "-m", "bench.sync_batch_norm", *argv,
                            f"--only={configuration}"], capture_output=True, text=True,
-                          check=True, env=dict(os.environ, PYTHONPATH=os.getcwd()))
+                          check=True, env=dict(os.environ, PYTHONPATH=os.getcwd(), **(
+                              {} if "--device_kind=gpu" in argv else {"CUDA_VISIBLE_DEVICES": ""})))
     return json.loads(done.stdout.split("RESULT")[-1])
 
 

@@ -357,7 +357,8 @@ class ValidationStub:
     def due(self, step):
         return step % self.every == 0
 
-    def validate(self, checkpoint):
+    def validate(self, checkpoint, wall_secs):
+        assert wall_secs >= 0.0, wall_secs  # the run's wall time so far (health.RunClock)
         self.last_step = int(checkpoint.rsplit("-", 1)[1])
         self.validated.append((self.last_step, os.path.exists(checkpoint + ".index")))
         self.last_result = self.last_step

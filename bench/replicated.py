@@ -13,14 +13,13 @@ round, so that a slow spell of a shared machine falls on all of them.
 
 import argparse
 import json
-import os
 import platform
 import resource
 import statistics
-import subprocess
 import sys
 import time
 
+from bench import step_timing
 from common import machine
 
 PARAMETER_SERVER = "parameter_server"
@@ -34,54 +33,15 @@ def configurations():
 
 
 def step_times(configuration, batch, image_size, depth_multiplier, steps):
-    """Seconds of each of `steps` timed training steps of `configuration` (in this process),
-    after two untimed ones."""
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-
-    from inception.config import recipe  # pylint: disable=import-outside-toplevel
-    from inception.config import settings  # pylint: disable=import-outside-toplevel
-    from inception.inputs import pipeline  # pylint: disable=import-outside-toplevel
-    from inception.model import network  # pylint: disable=import-outside-toplevel
+    """Seconds of each of `steps` timed training steps of `configuration` on 2 virtual CPU
+    towers (in this process), after two untimed ones."""
     from inception.parallel import all_reduce  # pylint: disable=import-outside-toplevel
-    from inception.parallel import step_graph  # pylint: disable=import-outside-toplevel
 
-    tf1 = tf.compat.v1
-    tf1.disable_eager_execution()
     spec = None
     if configuration != PARAMETER_SERVER:
         spec = all_reduce.AllReduceSpec(all_reduce.RING, int(configuration.split("_")[1]))
-    model = settings.ModelSettings(num_classes=11, image_size=image_size,
-                                   depth_multiplier=depth_multiplier, dataset="synthetic")
-    optimization = settings.with_defaults(settings.OptimizationSettings(optimizer="rmsprop"),
-                                          recipe.OWN_DATA_DEFAULTS)
-    images = tf.random.uniform([batch, image_size, image_size, 3], -1.0, 1.0, seed=1)
-    labels = tf.random.uniform([batch], 0, 11, tf.int32, seed=2)
-    built = step_graph.build_train_graph(
-        pipeline.InputBatch(images, labels, tf.constant(0, tf.int64), tf.no_op()),
-        lambda decay: network.make_model_fn(model, decay), optimization, ["/cpu:0", "/cpu:1"],
-        10_000, all_reduce=spec)
-    config = tf1.ConfigProto()
-    config.device_count["CPU"] = 2
-    times = []
-    with tf1.Session(config=config) as session:
-        session.run(tf1.global_variables_initializer())
-        if built.copy_to_replicas is not None:
-            session.run(built.copy_to_replicas)
-        for step in range(steps + 2):
-            start = time.perf_counter()
-            session.run(built.stages[0].train_op)
-            if step >= 2:
-                times.append(time.perf_counter() - start)
-    return times
-
-
-def run_child(configuration, argv):
-    """(step times, peak MiB) of `configuration` measured in a fresh process."""
-    done = subprocess.run([sys.executable, __file__, *argv, f"--only={configuration}"],
-                          capture_output=True, text=True, check=True,
-                          env=dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=os.getcwd()))
-    result = json.loads(done.stdout.split("RESULT")[-1])
-    return result["times"], result["peak_mib"]
+    return step_timing.step_times(["/cpu:0", "/cpu:1"], batch, image_size, depth_multiplier,
+                                  steps, all_reduce=spec, num_classes=11)
 
 
 def main():
@@ -98,17 +58,15 @@ def main():
     if args.only:
         times = step_times(args.only, *sizes)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-        print("RESULT" + json.dumps({"times": times, "peak_mib": peak}))
+        step_timing.report({"times": times, "peak_mib": peak})
         return
-    times = {name: [] for name in configurations()}
     peaks = {name: 0.0 for name in configurations()}
-    for round_number in range(args.rounds):
-        for name in configurations():
-            measured, peak = run_child(name, sys.argv[1:])
-            times[name].extend(measured)
-            peaks[name] = max(peaks[name], peak)
-            print(f"round {round_number + 1}/{args.rounds} {name}: median "
-                  f"{statistics.median(measured):.3f} s/step, peak {peak:.0f} MiB", flush=True)
+
+    def measure(name):
+        result = step_timing.run_child("bench.replicated", sys.argv[1:], name)
+        peaks[name] = max(peaks[name], result["peak_mib"])
+        return result["times"], f", peak {result['peak_mib']:.0f} MiB"
+    times = step_timing.take_turns(configurations(), measure, args.rounds)
     medians = {name: statistics.median(values) for name, values in times.items()}
     reference = medians[PARAMETER_SERVER]
     for name in configurations():

@@ -11,11 +11,10 @@ checkpoint does not tell the two apart) and sums over the group, with TensorFlow
 (`CollectiveReduceV2`, the ring that all_reduce.py also uses: across the devices of a machine
 and the workers of a cluster), first each channel's sum (the mean), then its squared
 deviations from that mean (the variance: two small collectives a layer rather than Keras's one
-of sums and squared sums, which cancel where a channel's mean is large against its spread). The
-sum is
-differentiable: its gradient is the same collective sum of the towers' gradients, so every
-tower backpropagates through the global statistics (what timm's --sync-bn, Horovod's and
-Keras's SyncBatchNormalization compute). Keras's layer needs a distribution strategy's replica
+of sums and squared sums, which cancel where a channel's mean is large against its spread).
+The sum is differentiable: its gradient is the same collective sum of the towers' gradients,
+so every tower backpropagates through the global statistics (what timm's --sync-bn, Horovod's
+and Keras's SyncBatchNormalization compute). Keras's layer needs a distribution strategy's replica
 context, which our towers do not run in: hence this one.
 
 Groups (--batch_norm_group_size, NVIDIA's BN_GROUP): consecutive towers of the whole cluster,
@@ -58,11 +57,6 @@ class BatchNormGroups:
             group_key=all_reduce.BATCH_NORM_GROUP_KEYS + group, group_size=self.group_size,
             first_instance_key=all_reduce.BATCH_NORM_INSTANCE_KEYS
             + micro_batch * KEYS_PER_MICRO_BATCH)
-
-
-def resolved_group_size(requested, num_workers, towers_per_worker):
-    """The towers per group: `requested`, or every tower of the cluster for 0."""
-    return requested or num_workers * towers_per_worker
 
 
 class TowerStatistics:
@@ -137,13 +131,14 @@ class TowerStatistics:
 
         @tf.custom_gradient
         def summed(value):
-            total = _collective_sum(value, self.group_key, self.group_size, forward_key)
+            total = all_reduce.collective_sum(value, self.group_size, self.group_key,
+                                              forward_key, name="sum_over_batch_norm_group")
             device = total.device
 
             def gradient(upstream):
                 with tf.device(device):
-                    return _collective_sum(upstream, self.group_key, self.group_size,
-                                           gradient_key)
+                    return all_reduce.collective_sum(upstream, self.group_size,
+                                                     self.group_key, gradient_key)
             return total, gradient
         return summed(tensor)
 
@@ -154,13 +149,6 @@ class TowerStatistics:
         keys = (self._next_key, self._next_key + 1)
         self._next_key += 2
         return keys
-
-
-def _collective_sum(tensor, group_key, group_size, instance_key):
-    return tf.raw_ops.CollectiveReduceV2(
-        input=tensor, group_size=group_size, group_key=group_key, instance_key=instance_key,
-        ordering_token=[], merge_op="Add", final_op="Id", communication_hint=all_reduce.RING,
-        name="sum_over_batch_norm_group")
 
 
 def _variable(name, channels, initializer, trainable, role, variables_collections):

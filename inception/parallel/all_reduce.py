@@ -167,11 +167,17 @@ def _reduce(packed, devices, spec, keys):
     reduced = []
     for buffer, device in zip(packed, devices):
         with tf.device(device):
-            reduced.append(tf.raw_ops.CollectiveReduceV2(
-                input=buffer, group_size=group_size, group_key=GRADIENT_GROUP_KEY,
-                instance_key=instance, ordering_token=[], merge_op="Add", final_op="Id",
-                communication_hint=RING, name="all_reduce"))
+            reduced.append(collective_sum(buffer, group_size, GRADIENT_GROUP_KEY, instance))
     return reduced
+
+
+def collective_sum(tensor, group_size, group_key, instance_key, name="all_reduce"):
+    """`tensor` summed over the `group_size` members of the collective group `group_key`, each
+    of which builds this op with the same `instance_key` (on its own device): TensorFlow's
+    collective ring."""
+    return tf.raw_ops.CollectiveReduceV2(
+        input=tensor, group_size=group_size, group_key=group_key, instance_key=instance_key,
+        ordering_token=[], merge_op="Add", final_op="Id", communication_hint=RING, name=name)
 
 
 def broadcast_variables(variables, device, num_workers, is_source, keys):
@@ -214,7 +220,5 @@ def sum_over_workers(tensor, device, num_workers, keys):
     """`tensor` (on `device`, one per worker) summed over the workers of a cluster, on every
     worker: one collective of the worker group."""
     with tf.device(device):
-        return tf.raw_ops.CollectiveReduceV2(
-            input=tensor, group_size=num_workers, group_key=WORKER_GROUP_KEY,
-            instance_key=keys.next(), ordering_token=[], merge_op="Add", final_op="Id",
-            communication_hint=RING, name="sum_over_workers")
+        return collective_sum(tensor, num_workers, WORKER_GROUP_KEY, keys.next(),
+                              name="sum_over_workers")

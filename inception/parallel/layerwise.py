@@ -70,15 +70,31 @@ def _adapts(exclude, var):
     return exclude is None or not exclude(var)
 
 
-def _no_sparse(optimizer):
-    """Raises NotImplementedError: `optimizer` got an IndexedSlices gradient."""
-    raise NotImplementedError(
-        f"{type(optimizer).__name__} takes dense gradients only: its trust ratio needs the norm "
-        "of the whole gradient. Convert an IndexedSlices gradient with tf.convert_to_tensor "
-        "before apply_gradients.")
+class _DenseUpdates:
+    """The apply methods of a tf1 optimizer whose `_update(grad, var, weights)` builds the
+    update of `var` from the dense `grad` and w's value `weights`, for ref and resource
+    variables alike; sparse gradients are refused (a trust ratio needs the whole gradient)."""
+
+    def _apply_dense(self, grad, var):
+        return self._update(grad, var, var.value())
+
+    def _resource_apply_dense(self, grad, var):
+        return self._update(grad, var, var.read_value())
+
+    def _apply_sparse(self, grad, var):
+        self._no_sparse()
+
+    def _resource_apply_sparse(self, grad, var, indices):
+        self._no_sparse()
+
+    def _no_sparse(self):
+        raise NotImplementedError(
+            f"{type(self).__name__} takes dense gradients only: its trust ratio needs the norm "
+            "of the whole gradient. Convert an IndexedSlices gradient with tf.convert_to_tensor "
+            "before apply_gradients.")
 
 
-class LarsOptimizer(tf1.train.MomentumOptimizer):
+class LarsOptimizer(_DenseUpdates, tf1.train.MomentumOptimizer):
     """LARS (You, Gitman and Ginsburg 2017, "Large Batch Training of Convolutional Networks"),
     as in the MLPerf ResNet-50 reference: momentum SGD with a per-variable trust ratio.
 
@@ -136,22 +152,8 @@ class LarsOptimizer(tf1.train.MomentumOptimizer):
         var_t = tf1.assign_sub(var, momentum_t, use_locking=self._use_locking)
         return tf.group(var_t, momentum_t)
 
-    def _apply_dense(self, grad, var):
-        """The LARS update of the ref variable `var` by the dense `grad`; a grouped op."""
-        return self._update(grad, var, var.value())
 
-    def _resource_apply_dense(self, grad, var):
-        """The LARS update of the resource variable `var` by the dense `grad`; a grouped op."""
-        return self._update(grad, var, var.read_value())
-
-    def _apply_sparse(self, grad, var):
-        _no_sparse(self)
-
-    def _resource_apply_sparse(self, grad, var, indices):
-        _no_sparse(self)
-
-
-class LambOptimizer(tf1.train.AdamOptimizer):
+class LambOptimizer(_DenseUpdates, tf1.train.AdamOptimizer):
     """LAMB (You et al. 2019, "Large Batch Optimization for Deep Learning: Training BERT in 76
     minutes"): Adam's direction, plus decoupled weight decay, scaled per variable by a trust
     ratio.
@@ -215,17 +217,3 @@ class LambOptimizer(tf1.train.AdamOptimizer):
         step = tf.cast(self._lr_t, dtype) * tf.cast(trust, dtype) * direction
         var_t = tf1.assign_sub(var, step, use_locking=self._use_locking)
         return tf.group(var_t, m_t, v_t)
-
-    def _apply_dense(self, grad, var):
-        """The LAMB update of the ref variable `var` by the dense `grad`; a grouped op."""
-        return self._update(grad, var, var.value())
-
-    def _resource_apply_dense(self, grad, var):
-        """The LAMB update of the resource variable `var` by the dense `grad`; a grouped op."""
-        return self._update(grad, var, var.read_value())
-
-    def _apply_sparse(self, grad, var):
-        _no_sparse(self)
-
-    def _resource_apply_sparse(self, grad, var, indices):
-        _no_sparse(self)

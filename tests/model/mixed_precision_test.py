@@ -23,7 +23,7 @@ from absl.testing import absltest
 from inception.model import mixed_precision
 from inception.model import network
 from inception.parallel import all_reduce
-from inception.parallel import hardware
+from tests import skips
 from tests import testing_utils
 
 tf1 = tf.compat.v1
@@ -97,12 +97,7 @@ class LowPrecisionTowers(unittest.TestCase):
 class LowPrecisionTowersTest(LowPrecisionTowers):
 
     def test_bf16_towers_compute_in_bf16_on_float32_weights(self):
-        if not hardware.cpu_supports_bf16():
-            # Under a cap TensorFlow still trusts the CPU's flags and sends bf16 ops to oneDNN,
-            # which aborts; without bf16 instructions the CPU would only emulate them.
-            self.skipTest(f"ONEDNN_MAX_CPU_ISA={hardware.onednn_isa_cap()} keeps oneDNN from "
-                          "this CPU's bf16 instructions" if hardware.cpu_supports_bf16(environ={})
-                          else "this CPU has no bf16 instructions")
+        skips.skip_without_cpu_bf16(self)
         low = self.train(tf.bfloat16)
         # oneDNN's bf16 kernels round differently by CPU: the last loss was under 25% from
         # fp32's on Xeons with AMX and 27% on an AMD EPYC with AVX512-BF16 (same weights,

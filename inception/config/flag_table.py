@@ -35,7 +35,7 @@ CHOICES = {
 # (cli.user_path), not Bazel's runfiles directory.
 PATHS = frozenset({"train_dir", "data_dir", "pretrained_model_checkpoint_path", "export_best_dir",
                    "checkpoint_dir", "eval_dir", "training_plan", "checkpoint_path",
-                   "export_dir", "model", "output_json"})
+                   "export_dir", "model", "output_json", "work_dir"})
 
 TABLE = field_flags.FlagTable(names=rules.FLAG_NAMES, defaults=FLAG_DEFAULTS, choices=CHOICES,
                               paths=PATHS)

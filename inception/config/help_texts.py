@@ -3,6 +3,7 @@ name is rules.FLAG_NAMES' where it differs). config/flag_table.py makes the flag
 settings' fields and these texts. Free of TensorFlow."""
 
 from common import holdout
+from inception.config import sources
 from inception.config import recipe
 from inception.config import rules
 
@@ -243,6 +244,7 @@ TRAIN_HELP = {
         "Threads inside one op (0: TensorFlow decides).",
     "inter_op_threads":
         "Ops run at once (0: TensorFlow decides).",
+    **sources.HELP,
 }
 
 CLUSTER_HELP = {

@@ -5,12 +5,11 @@ the section stored as model_settings.json), `optimization` (plan, optimizer, lea
 schedule, accumulation), `augmentation` (RandAugment, random erasing, Mixup/CutMix),
 `devices` (towers, precision, placement), `loop` (train_dir, cadences, limits, what a
 divergence does), `validation` (scoring the validation shards during training, the best
-checkpoint), `init` (where a fresh run's weights come from) and `cluster`. Library code
-takes the section it needs. None in a section means "the data set's default" until the run is
-resolved (driver/resolution.py fills it: `fill_defaults`).
+checkpoint), `init` (where a fresh run's weights come from), `input_source` (config/
+sources.py) and `cluster`. Library code takes the section it needs. None in a section
+means "the data set's default" until the run is resolved (driver/resolution.py: `fill_defaults`).
 
-Free of TensorFlow: the entry points check every flag in well under two seconds, before they
-load TensorFlow or write anything; checks that need the data or the machine come later.
+Free of TensorFlow: every flag is checked in a second, before anything loads or is written.
 """
 
 import dataclasses
@@ -18,6 +17,7 @@ import dataclasses
 from inception.config import recipe
 from inception.config import rules
 from inception.config.cluster import ClusterSettings
+from inception.config.sources import InputSourceSettings
 from inception.config.plans import DEFAULT_PLAN
 from inception.config.plans import SCHEDULES
 from inception.config.plans import TrainingPlan
@@ -105,8 +105,7 @@ class OptimizationSettings:
         """The plan to build: every stage with an optimizer (settings resolved first)."""
         if None in (self.optimizer, self.initial_learning_rate, self.num_epochs_per_decay,
                     self.warmup_steps):
-            raise SettingsError("the optimization settings are not resolved; fill them with "
-                                "settings.with_defaults(section, data set defaults) first.")
+            raise SettingsError("optimization settings not resolved: fill them (with_defaults).")
         return (self.plan or DEFAULT_PLAN).with_optimizer(self.optimizer)
 
 
@@ -216,6 +215,7 @@ class TrainSettings:
     loop: LoopSettings = LoopSettings()
     validation: ValidationSettings = ValidationSettings()
     init: InitSettings = InitSettings()
+    input_source: InputSourceSettings = InputSourceSettings()
     cluster: ClusterSettings = None
 
     @property
@@ -231,6 +231,7 @@ class TrainSettings:
     def validate(self):
         """Raises SettingsError for the first setting no run can use; returns self."""
         rules.check_train(self)
+        self.input_source.validate(self.data.deterministic)
         return self
 
 

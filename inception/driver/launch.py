@@ -18,8 +18,12 @@ from inception import distributed
 from inception.config import settings as settings_lib
 from inception.driver import lr_range
 from inception.driver import resolution
+from inception.inputs import damaged
 from inception.inputs import pipeline
+from inception.inputs import service
 from inception.inputs import shares
+from inception.inputs import synthetic
+from inception.loop import replica as replica_lib
 from inception.loop import resume
 from inception.loop import session_loop
 from inception.model import network
@@ -30,6 +34,8 @@ from inception.run import checkpoint_io
 from inception.run.directory import RunDirectory
 from inception.run.lock import exclusive_run
 from inception.validation import in_training
+
+FIRST_STEP_EXTRA_SECS = 600  # a start's first step also builds, initializes and warms up
 
 
 def describe_run(run):
@@ -57,9 +63,10 @@ def _describe_randomness(data):
     return f"; seed {data.seed}" + (", deterministic ops" if data.deterministic else "")
 
 
-def graph_builder(run, replica, learning_rate=None):
-    """build_graph() for session_loop.run_training: input pipeline, towers, stages (every stage
-    at `learning_rate`, a tensor, when given: the range test).
+def graph_builder(run, replica, learning_rate=None, service_input=None):
+    """build_graph() for session_loop.run_training: input pipeline (on the tf.data service
+    with `service_input`), towers, stages (every stage at `learning_rate`, a tensor, when
+    given: the range test).
 
     On a cluster every worker reads its share of one order from one position (inputs/
     shares.py), which lives with the variables (the chief saves it; who advances it is the
@@ -77,11 +84,7 @@ def graph_builder(run, replica, learning_rate=None):
         position = pipeline.position_variable() if cluster else None  # placed as a variable
         host = devices.HOST_DEVICE
         with tf.device(replica.local_device(host) if replica else host):
-            input_batch = pipeline.build_train_input(
-                run.shards, batch, settings.model.image_size, settings.model.num_classes,
-                seed=seed, strict=data.strict_input, crop=run.dataset.defaults.crop,
-                augmentation=settings.augmentation, examples_per_epoch=run.examples_per_epoch,
-                sampling_weights=run.sampling_weights, position=position, share=share)
+            input_batch = train_input(run, batch, seed, position, share, service_input)
         mixing_seed = pipeline.fresh_seed() if seed is None else seed
         return step_graph.build_train_graph(
             input_batch, functools.partial(
@@ -102,6 +105,39 @@ def graph_builder(run, replica, learning_rate=None):
             all_reduce=placement.all_reduce,
             updates_statistics=replica.updates_statistics if replica else True)
     return build_graph
+
+
+def train_input(run, batch, seed, position, share, service_input=None):
+    """The InputBatch of this process's `batch` (the examples of one update): synthetic
+    (--synthetic_input), or the pipeline's (its order from `seed`, reading from `position`,
+    `share` of a cluster's), here or on the tf.data service's workers (`service_input`)."""
+    settings, model = run.settings, run.settings.model
+    if settings.input_source.synthetic_input:
+        return synthetic.synthetic_input(batch, model.image_size, model.num_classes, seed)
+    return pipeline.build_train_input(
+        run.shards, batch, model.image_size, model.num_classes, seed=seed,
+        strict=settings.data.strict_input, crop=run.dataset.defaults.crop,
+        augmentation=settings.augmentation, examples_per_epoch=run.examples_per_epoch,
+        sampling_weights=run.sampling_weights, position=position,
+        share=shares.ALL if service_input else share,  # the service gives out the batches
+        service=service_input)
+
+
+def service_input_of(settings):
+    """The service.ServiceInput of a run with --input_service, or None."""
+    if not settings.input_source.input_service:
+        return None
+    return service.ServiceInput.for_run(settings.input_source.input_service, settings.train_dir,
+                                        resolution.input_seed(settings),
+                                        settings.cluster is not None)
+
+
+def describe_input(settings, service_input):
+    """The log line of where the training input comes from, or None for the pipeline here."""
+    if settings.input_source.synthetic_input:
+        return ("input: synthetic, one fixed random batch on each tower's device "
+                "(--synthetic_input: the step's speed alone, nothing learned)")
+    return service_input.describe() if service_input else None
 
 
 def batch_norm_groups(placement, share, micro_batches):
@@ -179,21 +215,27 @@ def _train_resolved(run, log, on_stuck):
 
 
 def _run_training(run, log, on_stuck):
-    settings = run.settings
+    settings, service_input = run.settings, service_input_of(run.settings)
+    if service_input:
+        service.check_reachable(service_input.address)
     if settings.is_chief:
         RunDirectory(settings.train_dir).write_settings(settings)
     log(cli.timestamped(describe_run(run)))
+    if describe_input(settings, service_input):
+        log(cli.timestamped(describe_input(settings, service_input)))
     config = run.placement.session_config()
     replica = (distributed.start_worker(settings.cluster, config, log, on_stuck)
                if settings.cluster is not None else None)
     validation = None
     try:
         validation = in_training.build(settings, run.dataset, config, log)
-        return session_loop.run_training(graph_builder(run, replica), config, settings.loop,
-                                         run.make_initializer, log=log, replica=replica,
+        return session_loop.run_training(graph_builder(run, replica, service_input=service_input),
+                                         config, settings.loop,
+                                         run.make_initializer, log=log,
+                                         replica=replica or _timed_steps(settings),
                                          validation=validation)
     except tf.errors.OpError as error:
-        input_error = pipeline.explain(error) or explain_determinism(error)
+        input_error = damaged.explain(error) or explain_determinism(error)
         if input_error is not None:
             raise input_error from None
         if replica is None:
@@ -202,6 +244,17 @@ def _run_training(run, log, on_stuck):
     finally:
         if validation is not None:
             validation.close()
+
+
+def _timed_steps(settings):
+    """The loop's one-machine hooks: steps limited in time when the input comes from the
+    tf.data service (a lost service would leave a step waiting for ever), else None."""
+    source = settings.input_source
+    if not source.input_service:
+        return None
+    return replica_lib.TimedReplica(
+        source.input_service_timeout_secs, FIRST_STEP_EXTRA_SECS,
+        lambda step, waited: service.lost_service_error(source.input_service, step, waited))
 
 
 def find_learning_rate(settings, test, plot_path, log=print):

@@ -174,11 +174,12 @@ def resolve_model_settings(requested, filled, dataset, stored):
 
 def input_seed(settings):
     """The seed of the input order and of the towers' random draws: --seed (None alone: a fresh
-    one). The workers of a cluster read their shares of one order (inputs/shares.py), so they
-    need one seed: without --seed, one made from --train_dir, which every worker and every
-    restart of the run share."""
+    one). The workers of a cluster read their shares of one order (inputs/shares.py), and the
+    trainers of the tf.data service's job one dataset, so they need one seed: without --seed,
+    one made from --train_dir, which every worker and every restart of the run share."""
     seed = settings.data.seed
-    if seed is not None or settings.cluster is None:
+    if seed is not None or (settings.cluster is None and
+                            not settings.input_source.input_service):
         return seed
     return zlib.crc32(settings.train_dir.encode()) % CLUSTER_SEEDS
 

@@ -3,16 +3,49 @@ that looks complete but fails to decode (dropped by tf.data's ignore_errors). Ea
 evaluation skips it, and training gives its slot to the next good record of the same stream
 (fill_slots), so that damaged records never shift the order of the records a run trains on (a
 resumed run, and a cluster's workers reading shares of one order, stay in step). With
-`strict`, the first one stops the run with an error that names its file.
+`strict`, the first one stops the run with an error that names its file; `explain` turns
+that error, and the other errors the input raises, into one line.
 """
 
 import sys
 
 import tensorflow as tf
 
+from common import cli
+from common import error_lines
 from inception.inputs import preprocessing
 
 tf1 = tf.compat.v1
+
+
+class InputError(cli.UserError):
+    """The input stopped a run (--strict_input, or a label the model cannot represent); the
+    message is one line naming the record's file where known."""
+
+
+INPUT_ERROR_MARKERS = ("drop --strict_input", "check --num_classes", "Invalid JPEG data",
+                       "jpeg", "JPEG")
+
+
+def explain(error):
+    """An InputError for a TensorFlow error the input pipeline raised, or None for others."""
+    cause = error_lines.root_cause(getattr(error, "message", str(error)))
+    if not any(marker in cause for marker in INPUT_ERROR_MARKERS):
+        return None
+    if "drop --strict_input" in cause or "check --num_classes" in cause:
+        return InputError(cause)
+    return InputError(f"an input image could not be decoded ({cause}); remove it from the "
+                      "shards, or drop --strict_input to skip such records.")
+
+
+def checked_label(label, num_classes, filename):
+    """`label` (int32), failing with a line naming the file when no logit represents it."""
+    in_range = tf.logical_and(label >= 0, label < num_classes)
+    message = tf.strings.format(
+        "label {} of image {} is outside [0, {}); the data has more classes than the model: "
+        "check --num_classes / labels.txt", (label, filename, num_classes))
+    with tf.control_dependencies([tf.debugging.Assert(in_range, [message])]):
+        return tf.identity(label)
 
 
 def corrupt_counter():
@@ -58,14 +91,17 @@ def decode_or_skip(encoded, filename, decode, image_size, counter, strict):
     return tf.cond(ok, decode, skip), ok
 
 
-def fill_slots(elements, counter):
+def fill_slots(elements):
     """(slot, *values) elements in increasing slot order, some slots missing (their record
-    was damaged and dropped) -> values for every slot from 0 on: a missing slot takes the next
-    element's values. Adds the missing slots to `counter` (an int64 variable)."""
+    was damaged and dropped) -> (damaged records before it, *values) for every slot from 0
+    on: a missing slot takes the next element's values, and the first element that fills
+    missing slots counts them (int64)."""
     def count_missing(expected, element):
         slot, values = element[0], element[1:]
-        missing = slot - expected
-        with tf.control_dependencies([counter.assign_add(missing)]):
-            return slot + 1, (missing + 1, values)
-    return elements.scan(tf.constant(0, tf.int64), count_missing).flat_map(
-        lambda repeats, values: tf.data.Dataset.from_tensors(values).repeat(repeats))
+        return slot + 1, (slot - expected, values)
+
+    def repeated(missing, values):
+        counts = tf.concat([[missing], tf.zeros([missing], tf.int64)], axis=0)
+        return tf.data.Dataset.from_tensor_slices(counts).map(
+            lambda count: (count, *values))
+    return elements.scan(tf.constant(0, tf.int64), count_missing).flat_map(repeated)

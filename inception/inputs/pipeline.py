@@ -22,8 +22,6 @@ import random
 
 import tensorflow as tf
 
-from common import cli
-from common import error_lines
 from inception.config import recipe
 from inception.inputs import damaged
 from inception.inputs import preprocessing
@@ -49,6 +47,8 @@ class InputBatch:
       so far (the step graph adds `global_batch` each update); None when it is not tracked.
     global_batch: the records of the order one step consumes: this batch times the workers
       whose shares make the step (shares.InputShare.count).
+    on_device: None, or (synthetic.py) callable(device, rows, index) -> (images, labels) of
+      tower `index` made on its `device`, which the towers read instead of `images`/`labels`.
     """
     images: tf.Tensor
     labels: tf.Tensor
@@ -56,6 +56,7 @@ class InputBatch:
     initializer: tf.Operation
     position: tf.Variable = None
     global_batch: int = None
+    on_device: object = None
 
     @property
     def records_per_step(self):
@@ -86,38 +87,9 @@ def parse_example(serialized):
     return features["image/encoded"], label, boxes, features["image/filename"]
 
 
-class InputError(cli.UserError):
-    """The input stopped a run (--strict_input, or a label the model cannot represent); the
-    message is one line naming the record's file where known."""
-
-
-INPUT_ERROR_MARKERS = ("drop --strict_input", "check --num_classes", "Invalid JPEG data",
-                       "jpeg", "JPEG")
-
-
-def explain(error):
-    """An InputError for a TensorFlow error the input pipeline raised, or None for others."""
-    cause = error_lines.root_cause(getattr(error, "message", str(error)))
-    if not any(marker in cause for marker in INPUT_ERROR_MARKERS):
-        return None
-    if "drop --strict_input" in cause or "check --num_classes" in cause:
-        return InputError(cause)
-    return InputError(f"an input image could not be decoded ({cause}); remove it from the "
-                      "shards, or drop --strict_input to skip such records.")
-
-
 def fresh_seed():
     """A seed for a run given none: different every run (from the OS's entropy)."""
     return random.SystemRandom().randrange(2**31 - 1)
-
-
-def _checked_label(label, num_classes, filename):
-    in_range = tf.logical_and(label >= 0, label < num_classes)
-    message = tf.strings.format(
-        "label {} of image {} is outside [0, {}); the data has more classes than the model: "
-        "check --num_classes / labels.txt", (label, filename, num_classes))
-    with tf.control_dependencies([tf.debugging.Assert(in_range, [message])]):
-        return tf.identity(label)
 
 
 def _records(shards, shuffle_files, seed, deterministic):
@@ -158,7 +130,7 @@ def _resampled_epoch(shards, seed, epoch, shuffle_buffer, deterministic, samplin
 def build_train_input(shards, batch_size, image_size, num_classes, seed=None, strict=False,
                       shuffle_buffer=DEFAULT_SHUFFLE_BUFFER, crop=recipe.ORIGINAL_CROP,
                       threads=0, augmentation=None, examples_per_epoch=None,
-                      sampling_weights=None, position=None, share=shares.ALL):
+                      sampling_weights=None, position=None, share=shares.ALL, service=None):
     """Training batches: distorted images, forever, in batches of `batch_size`.
 
     Args:
@@ -180,6 +152,8 @@ def build_train_input(shards, batch_size, image_size, num_classes, seed=None, st
       position: the int64 variable of the position (position_variable(), placed by the
         caller: a cluster's chief saves it for every worker); None: made here when tracked.
       share: shares.InputShare: this worker's share of the order, in chunks of `batch_size`.
+      service: service.ServiceInput: the tf.data service's workers make the batches, each
+        taking whole epochs (from the first after `position`, or the first); None: here.
 
     Returns:
       InputBatch with static shapes [batch_size, image_size, image_size, 3] and [batch_size].
@@ -187,17 +161,15 @@ def build_train_input(shards, batch_size, image_size, num_classes, seed=None, st
     deterministic = seed is not None
     if seed is None:
         seed = fresh_seed()
-    counter = damaged.corrupt_counter()
-    position, first_epoch, skipped = _start(position, examples_per_epoch)
+    position, first_epoch, skipped = _start(position, examples_per_epoch,
+                                            whole_epochs=service is not None)
+    first_epoch = 0 if service is not None and not service.from_position else first_epoch
 
     def epoch_records(epoch):
         if sampling_weights is None:
             return _epoch_records(shards, seed, epoch, shuffle_buffer, deterministic)
         return _resampled_epoch(shards, seed, epoch, shuffle_buffer, deterministic,
                                 sampling_weights, examples_per_epoch or -1)
-
-    records = tf.data.Dataset.range(first_epoch, LAST_EPOCH).flat_map(epoch_records)
-    records = shares.take_share(records.skip(skipped), share, batch_size)
 
     def preprocess(element):
         image_seed, serialized = element
@@ -209,21 +181,43 @@ def build_train_input(shards, batch_size, image_size, num_classes, seed=None, st
             image_size, None, strict)
         return image, label, filename, ok
 
-    kept = damaged.fill_slots(_decoded(records.enumerate(), preprocess, strict).filter(
-        lambda slot, image, label, filename, ok: ok).map(
-            lambda slot, image, label, filename, ok: (slot, image, label, filename)), counter)
-    batch = _batched(kept, batch_size, num_classes, counter, drop_remainder=True,
-                     threads=threads)
+    kept = _kept(tf.data.Dataset.range(first_epoch, LAST_EPOCH), epoch_records, preprocess,
+                 strict, skipped, share if service is None else None, batch_size)
+    batch = _batched(kept, batch_size, num_classes, damaged.corrupt_counter(),
+                     drop_remainder=True, threads=threads,
+                     distribute=service.distribute if service else None)
     return dataclasses.replace(batch, position=position, global_batch=batch_size * share.count)
 
 
-def _start(position, examples_per_epoch):
+def _kept(epochs, epoch_records, preprocess, strict, skipped, share, batch_size):
+    """The filled slots (_filled) of the records of `epochs` after `skipped`, `share` of them
+    in chunks of `batch_size`; share None (the service, which hands whole epochs to its
+    workers: one source, the epochs): each epoch filled on its own, nothing skipped."""
+    if share is None:
+        return epochs.flat_map(lambda epoch: _filled(epoch_records(epoch), preprocess, strict))
+    records = shares.take_share(epochs.flat_map(epoch_records).skip(skipped), share, batch_size)
+    return _filled(records, preprocess, strict)
+
+
+def _filled(records, preprocess, strict):
+    """(damaged records before it, image, label, filename) of every slot of `records`
+    (damaged.fill_slots)."""
+    decoded = _decoded(records.enumerate(), preprocess, strict)
+    return damaged.fill_slots(decoded.filter(
+        lambda slot, image, label, filename, ok: ok).map(
+            lambda slot, image, label, filename, ok: (slot, image, label, filename)))
+
+
+def _start(position, examples_per_epoch, whole_epochs=False):
     """(the position variable or None, the epoch to start reading in, the records of it to
-    skip): where reading starts, at `position` when `examples_per_epoch` tracks it."""
+    skip): where reading starts, at `position` when `examples_per_epoch` tracks it; with
+    `whole_epochs`, at the first epoch after it that nothing was read from."""
     if not examples_per_epoch:
         return None, 0, 0
     if position is None:
         position = position_variable()
+    if whole_epochs:
+        return position, (position + examples_per_epoch - 1) // examples_per_epoch, 0
     return position, position // examples_per_epoch, position % examples_per_epoch
 
 
@@ -257,7 +251,8 @@ def build_eval_input(shards, batch_size, image_size, num_classes, strict=False, 
     if not strict:
         decoded = decoded.map(damaged.gap_counter(counter))
     kept = decoded.filter(lambda index, image, label, filename, ok: ok).map(
-        lambda index, image, label, filename, ok: (image, label, filename))
+        lambda index, image, label, filename, ok: (tf.constant(0, tf.int64), image, label,
+                                                   filename))  # counted above
     return _batched(kept, batch_size, num_classes, counter, drop_remainder=False)
 
 
@@ -271,17 +266,26 @@ def _decoded(indexed_records, preprocess, strict):
     return dataset if strict else dataset.ignore_errors(log_warning=True)
 
 
-def _batched(examples, batch_size, num_classes, counter, drop_remainder, threads=0):
-    """InputBatch of (image, label, filename) examples, each label checked."""
+def _batched(examples, batch_size, num_classes, counter, drop_remainder, threads=0,
+             distribute=None):
+    """InputBatch of (damaged records before it, image, label, filename) examples, each label
+    checked; the damaged records are added to `counter` as their batch is read. `distribute`:
+    callable(dataset) -> the dataset served elsewhere (service.py), or None."""
     # After ignore_errors on purpose: a label the model cannot represent must stop the run.
-    dataset = examples.map(lambda image, label, filename: (
-        image, _checked_label(label, num_classes, filename)))
-    dataset = dataset.batch(batch_size, drop_remainder=drop_remainder).prefetch(AUTOTUNE)
+    dataset = examples.map(lambda missing, image, label, filename: (
+        missing, image, damaged.checked_label(label, num_classes, filename)))
+    dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
+    if distribute is not None:
+        dataset = distribute(dataset)
+    dataset = dataset.prefetch(AUTOTUNE)
     if threads:
         options = tf.data.Options()
         options.threading.private_threadpool_size = threads
         dataset = dataset.with_options(options)
     iterator = tf1.data.make_initializable_iterator(dataset)
-    images, labels = iterator.get_next()
+    missing, images, labels = iterator.get_next()
+    # Counted here, not inside the pipeline: a service's workers cannot reach this variable.
+    with tf.control_dependencies([counter.assign_add(tf.reduce_sum(missing))]):
+        images, labels = tf.identity(images), tf.identity(labels)
     return InputBatch(images=images, labels=labels, corrupt_records=counter.read_value(),
                       initializer=iterator.initializer)

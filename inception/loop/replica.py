@@ -94,6 +94,28 @@ class Replica:
         del session
 
 
+class TimedReplica(Replica):
+    """The one-machine hooks with a limit on each step: a step that has not ended after
+    `timeout_secs` (the first of a start, which builds and warms up everything, gets
+    `first_step_extra_secs` more) ends training with the error `make_error(step, waited_secs)`
+    returns. For an input that can stop arriving (inputs/service.py), where a read would wait
+    for ever."""
+
+    def __init__(self, timeout_secs, first_step_extra_secs, make_error):
+        self.timeout_secs, self.extra_secs = timeout_secs, first_step_extra_secs
+        self.make_error = make_error
+        self.steps_run = 0
+
+    def run_step(self, session, fetches, step):
+        limit = self.timeout_secs + (0 if self.steps_run else self.extra_secs)
+        try:
+            out = session.run(fetches, options=tf1.RunOptions(timeout_in_ms=int(limit * 1000)))
+        except tf.errors.DeadlineExceededError:
+            raise self.make_error(step, limit) from None
+        self.steps_run += 1
+        return out, step + 1
+
+
 class NoSummaryWriter:
     """Stands in for the FileWriter on replicas that write no files."""
 

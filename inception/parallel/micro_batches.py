@@ -40,16 +40,28 @@ def build_towers(input_batch, model_fn, tower_devices, variable_device, stage_in
     """Splits the global batch over the towers, `micro_batches` times `tower_devices` (staged
     on their devices one step ahead when `stage_inputs`) and builds them (each on its device's
     copies with `copies`); returns (towers, gpu_prefetch.StagedInputs or None)."""
+    tower_inputs = _tower_inputs(input_batch, tower_devices, micro_batches)
     tower_devices = list(tower_devices) * micro_batches
-    tower_inputs = towers_lib.split_batch((input_batch.images, input_batch.labels),
-                                          len(tower_devices))
-    staged = gpu_prefetch.stage_on_devices(tower_inputs, tower_devices) if stage_inputs else None
+    staged = None
+    if stage_inputs and input_batch.on_device is None:  # made on the devices: nothing to stage
+        staged = gpu_prefetch.stage_on_devices(tower_inputs, tower_devices)
     if staged is not None:
         tower_inputs = staged.tower_inputs
     if micro_batches > 1:
         model_fn = _with_held_inputs(model_fn)
     return (towers_lib.build_towers(model_fn, tower_inputs, tower_devices, variable_device,
                                     copies), staged)
+
+
+def _tower_inputs(input_batch, tower_devices, micro_batches):
+    """Each tower's (images, labels), `micro_batches` times over `tower_devices`: the global
+    batch split, or the batches made on the devices (InputBatch.on_device)."""
+    if input_batch.on_device is None:
+        return towers_lib.split_batch((input_batch.images, input_batch.labels),
+                                      len(tower_devices) * micro_batches)
+    rows = int(input_batch.images.shape[0]) // (len(tower_devices) * micro_batches)
+    return [input_batch.on_device(device, rows, index)
+            for index, device in enumerate(tower_devices)] * micro_batches
 
 
 def _with_held_inputs(model_fn):

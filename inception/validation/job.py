@@ -9,8 +9,8 @@ import tensorflow as tf
 
 from common import cli
 from common import error_lines
+from inception.inputs import damaged
 from inception.inputs import datasets
-from inception.inputs import pipeline
 from inception.loop.stop_request import StopRequest
 from inception.parallel import devices
 from inception.run import checkpoint_io
@@ -153,7 +153,7 @@ def _evaluator(eval_graph, config, expected, outputs, examples, log):
         try:
             result = scoring.evaluate_checkpoint(eval_graph, path, config, expected)
         except tf.errors.OpError as error:
-            input_error = pipeline.explain(error)
+            input_error = damaged.explain(error)
             if input_error is None:
                 raise
             raise input_error from None

@@ -78,7 +78,7 @@ class LayoutTest(unittest.TestCase):
         top = sorted(name for name in os.listdir(os.path.join(self.root, "inception"))
                      if name.endswith(".py"))
         self.assertEqual(top, ["__init__.py", "classify.py", "eval.py", "export.py",
-                               "train.py"])
+                               "input_service.py", "train.py"])
 
     def test_files_and_functions_stay_short_and_modules_say_what_they_own(self):
         for path in python_files(self.root):

@@ -38,7 +38,7 @@ def settings_from_flags():
 def start(settings, log):
     """(the dispatcher started here or None, the workers started here) as `settings` say."""
     from inception.inputs import service  # pylint: disable=import-outside-toplevel
-    dispatcher, address = None, settings.dispatcher.removeprefix(sources.SERVICE_PROTOCOL)
+    dispatcher, address = None, settings.dispatcher
     if not settings.dispatcher:
         dispatcher = service.start_dispatcher(settings.port, settings.work_dir)
         address = f"localhost:{settings.port}"

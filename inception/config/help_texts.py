@@ -3,9 +3,9 @@ name is rules.FLAG_NAMES' where it differs). config/flag_table.py makes the flag
 settings' fields and these texts. Free of TensorFlow."""
 
 from common import holdout
-from inception.config import sources
 from inception.config import recipe
 from inception.config import rules
+from inception.config import sources
 
 TRAIN_HELP = {
     "train_dir":

@@ -17,10 +17,10 @@ import dataclasses
 from inception.config import recipe
 from inception.config import rules
 from inception.config.cluster import ClusterSettings
-from inception.config.sources import InputSourceSettings
 from inception.config.plans import DEFAULT_PLAN
 from inception.config.plans import SCHEDULES
 from inception.config.plans import TrainingPlan
+from inception.config.sources import InputSourceSettings
 from inception.config.rules import SettingsError
 
 

@@ -57,13 +57,14 @@ HELP = {
 }
 
 
-def service_host_port(address):
-    """(host, port) of a --input_service address grpc://host:port; SettingsError otherwise."""
-    rest = address[len(SERVICE_PROTOCOL):] if address.startswith(SERVICE_PROTOCOL) else ""
+def service_host_port(address, flag="input_service", protocol=SERVICE_PROTOCOL):
+    """(host, port) of the address `protocol`host:port that `flag` gives; SettingsError
+    naming the flag otherwise."""
+    rest = address[len(protocol):] if address.startswith(protocol) else ""
     host, _, port = rest.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise SettingsError(f"--input_service={address} is not an address grpc://host:port "
-                            "(e.g. grpc://input-host:5050).")
+        raise SettingsError(f"--{flag}={address} is not an address {protocol}host:port "
+                            f"(e.g. {protocol}input-host:5050).")
     return host, int(port)
 
 
@@ -88,7 +89,7 @@ class InputServiceSettings:
             raise SettingsError(f"--num_workers={self.num_workers} must be at least "
                                 f"{1 if self.dispatcher else 0}.")
         if self.dispatcher:
-            service_host_port(SERVICE_PROTOCOL + self.dispatcher.removeprefix(SERVICE_PROTOCOL))
+            service_host_port(self.dispatcher, flag="dispatcher", protocol="")
         if self.dispatcher and self.work_dir:
             raise SettingsError("--work_dir is the dispatcher's; these workers join the one at "
                                 "--dispatcher: drop --work_dir.")

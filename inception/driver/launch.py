@@ -221,8 +221,9 @@ def _run_training(run, log, on_stuck):
     if settings.is_chief:
         RunDirectory(settings.train_dir).write_settings(settings)
     log(cli.timestamped(describe_run(run)))
-    if describe_input(settings, service_input):
-        log(cli.timestamped(describe_input(settings, service_input)))
+    input_line = describe_input(settings, service_input)
+    if input_line:
+        log(cli.timestamped(input_line))
     config = run.placement.session_config()
     replica = (distributed.start_worker(settings.cluster, config, log, on_stuck)
                if settings.cluster is not None else None)

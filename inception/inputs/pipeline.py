@@ -161,9 +161,7 @@ def build_train_input(shards, batch_size, image_size, num_classes, seed=None, st
     deterministic = seed is not None
     if seed is None:
         seed = fresh_seed()
-    position, first_epoch, skipped = _start(position, examples_per_epoch,
-                                            whole_epochs=service is not None)
-    first_epoch = 0 if service is not None and not service.from_position else first_epoch
+    position, first_epoch, skipped = _start(position, examples_per_epoch, service)
 
     def epoch_records(epoch):
         if sampling_weights is None:
@@ -182,18 +180,19 @@ def build_train_input(shards, batch_size, image_size, num_classes, seed=None, st
         return image, label, filename, ok
 
     kept = _kept(tf.data.Dataset.range(first_epoch, LAST_EPOCH), epoch_records, preprocess,
-                 strict, skipped, share if service is None else None, batch_size)
+                 strict, skipped, share, batch_size, whole_epochs=service is not None)
     batch = _batched(kept, batch_size, num_classes, damaged.corrupt_counter(),
                      drop_remainder=True, threads=threads,
                      distribute=service.distribute if service else None)
     return dataclasses.replace(batch, position=position, global_batch=batch_size * share.count)
 
 
-def _kept(epochs, epoch_records, preprocess, strict, skipped, share, batch_size):
+def _kept(epochs, epoch_records, preprocess, strict, skipped, share, batch_size,
+          whole_epochs):
     """The filled slots (_filled) of the records of `epochs` after `skipped`, `share` of them
-    in chunks of `batch_size`; share None (the service, which hands whole epochs to its
-    workers: one source, the epochs): each epoch filled on its own, nothing skipped."""
-    if share is None:
+    in chunks of `batch_size`; with `whole_epochs` (the service, which hands whole epochs to
+    its workers: its one source is the epochs), each epoch filled on its own, all of it."""
+    if whole_epochs:
         return epochs.flat_map(lambda epoch: _filled(epoch_records(epoch), preprocess, strict))
     records = shares.take_share(epochs.flat_map(epoch_records).skip(skipped), share, batch_size)
     return _filled(records, preprocess, strict)
@@ -208,15 +207,18 @@ def _filled(records, preprocess, strict):
             lambda slot, image, label, filename, ok: (slot, image, label, filename)))
 
 
-def _start(position, examples_per_epoch, whole_epochs=False):
+def _start(position, examples_per_epoch, service=None):
     """(the position variable or None, the epoch to start reading in, the records of it to
-    skip): where reading starts, at `position` when `examples_per_epoch` tracks it; with
-    `whole_epochs`, at the first epoch after it that nothing was read from."""
+    skip): where reading starts, at `position` when `examples_per_epoch` tracks it; from the
+    `service`, at a whole epoch: the first after it that nothing was read from, or, for a job
+    that does not start from the position (service.ServiceInput), the first."""
     if not examples_per_epoch:
         return None, 0, 0
     if position is None:
         position = position_variable()
-    if whole_epochs:
+    if service is not None and not service.from_position:
+        return position, 0, 0
+    if service is not None:
         return position, (position + examples_per_epoch - 1) // examples_per_epoch, 0
     return position, position // examples_per_epoch, position % examples_per_epoch
 

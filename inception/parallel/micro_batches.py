@@ -45,7 +45,6 @@ def build_towers(input_batch, model_fn, tower_devices, variable_device, stage_in
     staged = None
     if stage_inputs and input_batch.on_device is None:  # made on the devices: nothing to stage
         staged = gpu_prefetch.stage_on_devices(tower_inputs, tower_devices)
-    if staged is not None:
         tower_inputs = staged.tower_inputs
     if micro_batches > 1:
         model_fn = _with_held_inputs(model_fn)

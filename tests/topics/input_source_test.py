@@ -10,6 +10,7 @@ import tensorflow as tf
 from absl.testing import absltest
 
 from inception.config import settings as settings_lib
+from inception.config import sources
 from inception.driver import launch
 from inception.inputs import service
 from tests import testing_utils
@@ -120,6 +121,15 @@ class RefusalTest(unittest.TestCase):
                      input_service="localhost:5050")
         self.refused(r"^--input_service_timeout_secs=0 must be positive",
                      input_service="grpc://localhost:5050", input_service_timeout_secs=0)
+
+    def test_the_service_commands_refusals_name_its_flags(self):
+        for values, pattern in (
+                (dict(dispatcher="input-host"), r"^--dispatcher=input-host is not an address "
+                                                r"host:port \(e.g. input-host:5050\)"),
+                (dict(), r"^--port=0: give the dispatcher's port"),
+                (dict(dispatcher="h:1", work_dir="/tmp/j"), r"^--work_dir is the dispatcher's")):
+            with self.assertRaisesRegex(settings_lib.SettingsError, pattern):
+                sources.InputServiceSettings(**values).validate()
 
 
 if __name__ == "__main__":

@@ -54,9 +54,9 @@ _BUILDING = threading.Lock()
 _GRAPH_BUILDER = launch.graph_builder
 
 
-def one_graph_at_a_time(run, replica, learning_rate=None):
+def one_graph_at_a_time(*args, **kwargs):
     """launch.graph_builder whose graphs are built one at a time in this process."""
-    build = _GRAPH_BUILDER(run, replica, learning_rate)
+    build = _GRAPH_BUILDER(*args, **kwargs)
 
     def build_graph():
         with _BUILDING:

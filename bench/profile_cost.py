@@ -21,7 +21,7 @@ from common import machine
 
 STEPS = 200
 WINDOW = (191, 200)  # one whole log interval of 10 steps
-LINE = re.compile(r": step (\d+), loss = \S+ \(\S+ examples/sec; ([\d.]+) sec/batch\)")
+LINE = re.compile(r": step (\d+), loss = \S+ \(\S+ examples/sec; ([\d.]+) sec/batch[;)]")
 
 
 def sec_per_batch(train_dir, extra):

@@ -22,6 +22,7 @@ STAGE = "train/stage"
 LOSS_SCALE = "train/loss_scale"
 GRADIENT_NORM = "train/gradient_norm"
 EXAMPLES_PER_SEC = "train/examples_per_sec"
+INPUT_WAIT = "train/input_wait"  # the share of a traced step spent waiting for input (0 to 1)
 NAN_ROLLBACKS = "train/nan_rollbacks"
 CORRUPT_RECORDS = "train/corrupt_records"
 CLIPPED_UPDATES = "train/clipped_updates"

@@ -26,7 +26,6 @@ import tensorflow as tf
 
 from common import cli
 from inception.distributed.connections import ClusterError
-from inception.distributed.connections import run_options
 from inception.distributed.connections import SHUTDOWN_TIMEOUT_SECS
 from inception.distributed.connections import TaskLostError
 from inception.distributed.member import ClusterMember
@@ -139,7 +138,7 @@ class CollectiveWorker(ClusterMember):
         try:
             with self._watchdog.around(timeout, "the start-up broadcast"):
                 _, shapes = session.run((self._ops["broadcast"], self._ops["step_shapes"]),
-                                        options=run_options(timeout))
+                                        options=replica_lib.run_options(timeout))
         except tf.errors.DeadlineExceededError:
             raise ClusterError(
                 f"worker {self.settings.task_id}: the model did not reach every worker within "
@@ -158,7 +157,7 @@ class CollectiveWorker(ClusterMember):
             self._vote = [float(reason == known) for known in STOP_REASONS]
         return self._stop_agreed
 
-    def run_step(self, session, fetches, step):
+    def run_step(self, session, fetches, step, metadata=None):
         """One step of every worker; returns (fetched values, step + 1).
 
         Raises replica_lib.PeerStopped when another worker asked to stop after this step
@@ -173,7 +172,7 @@ class CollectiveWorker(ClusterMember):
             with self._watchdog.around(timeout, f"the step after step {step}"):
                 out, counts = session.run(
                     (fetches, votes), feed_dict={self._vote_input: self._vote},
-                    options=run_options(timeout))
+                    options=replica_lib.run_options(timeout, metadata), run_metadata=metadata)
         except tf.errors.OpError as error:
             raise self.explain(error, where, timeout) from None
         step += 1

@@ -87,11 +87,6 @@ def start_server(settings, config):
                            "use, or is the address not one of this machine's?") from None
 
 
-def run_options(timeout_secs):
-    """RunOptions that end a call after `timeout_secs`."""
-    return tf1.RunOptions(timeout_in_ms=max(1, int(timeout_secs * 1000)))
-
-
 def task_device(job, task):
     """The device prefix of task `task` of `job` ('ps' or 'worker'), e.g. '/job:worker/task:1'."""
     return f"/job:{job}/task:{task}"

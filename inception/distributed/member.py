@@ -17,7 +17,6 @@ from inception.config.cluster import ClusterConfigError
 from inception.distributed.connections import is_reachable
 from inception.distributed.connections import LOST_TASK_SETTLE_SECS
 from inception.distributed.connections import PROBE_INTERVAL_SECS
-from inception.distributed.connections import run_options
 from inception.distributed.connections import SHUTDOWN_TIMEOUT_SECS
 from inception.distributed.connections import start_server
 from inception.distributed.connections import TaskLostError
@@ -131,7 +130,7 @@ class ClusterMember(replica_lib.Replica):
     def _run(self, name, session, timeout_secs, where):
         try:
             with self._watchdog.around(timeout_secs, f"{name} ({where})"):
-                return session.run(self._ops[name], options=run_options(timeout_secs))
+                return session.run(self._ops[name], options=replica_lib.run_options(timeout_secs))
         except tf.errors.OpError as error:
             raise self.explain(error, where, timeout_secs) from None
 
@@ -139,6 +138,6 @@ class ClusterMember(replica_lib.Replica):
         try:
             with self._watchdog.around(SHUTDOWN_TIMEOUT_SECS, str(name)):
                 return session.run(self._ops[name], feed_dict,
-                                   options=run_options(SHUTDOWN_TIMEOUT_SECS))
+                                   options=replica_lib.run_options(SHUTDOWN_TIMEOUT_SECS))
         except tf.errors.OpError:
             return None

@@ -14,12 +14,12 @@ from inception.distributed.connections import PROBE_INTERVAL_SECS
 from inception.distributed.connections import ps_device
 from inception.distributed.connections import PS_SIGNAL_GRACE_SECS
 from inception.distributed.connections import read_done_message
-from inception.distributed.connections import run_options
 from inception.distributed.connections import start_server
 from inception.distributed.connections import stop_flags
 from inception.distributed.connections import task_device
 from inception.distributed.connections import TaskLostError
 from inception.loop.replica import first_signal
+from inception.loop.replica import run_options
 from inception.loop.stop_request import StopRequest
 
 tf1 = tf.compat.v1

@@ -30,7 +30,6 @@ from inception.distributed.connections import ps_device
 from inception.distributed.connections import ps_flag
 from inception.distributed.connections import READY_FLAG_NAME
 from inception.distributed.connections import reasons_set
-from inception.distributed.connections import run_options
 from inception.distributed.connections import SHUTDOWN_TIMEOUT_SECS
 from inception.distributed.connections import stop_flags
 from inception.distributed.connections import TaskLostError
@@ -44,9 +43,8 @@ tf1 = tf.compat.v1
 
 
 def sync_token_queue(optimizer):
-    """The token queue of a SyncReplicasOptimizer after apply_gradients: every worker's step
-    takes a token from it, so closing it releases every worker. TensorFlow exposes it only as
-    a private attribute (tests/distributed_test.py pins it)."""
+    """The token queue of a SyncReplicasOptimizer after apply_gradients, whose closing releases
+    every worker: a private attribute only (tests/distributed_test.py pins it)."""
     return optimizer._sync_token_queue  # pylint: disable=protected-access
 
 
@@ -144,8 +142,9 @@ class ClusterWorker(ClusterMember):
         while True:
             session = tf1.Session(self._server.target, graph=graph, config=config)
             try:
-                with self._watchdog.around(PROBE_INTERVAL_SECS * 5, "connecting"):
-                    session.run(self._ops["ping"], options=run_options(PROBE_INTERVAL_SECS * 5))
+                limit = PROBE_INTERVAL_SECS * 5
+                with self._watchdog.around(limit, "connecting"):
+                    session.run(self._ops["ping"], options=replica_lib.run_options(limit))
                 return self._closing(session)
             except tf.errors.OpError:
                 session.close()
@@ -203,7 +202,7 @@ class ClusterWorker(ClusterMember):
         timeout = self.settings.startup_timeout_secs + self.settings.step_timeout_secs
         while True:
             try:
-                session.run(self._ops["update"], options=run_options(timeout))
+                session.run(self._ops["update"], options=replica_lib.run_options(timeout))
             except tf.errors.OpError as error:
                 # Lost tasks and the end of training reach the main thread too; anything
                 # else (e.g. workers built with different flags) only shows up here.
@@ -212,7 +211,7 @@ class ClusterWorker(ClusterMember):
                     self._try_run("close_tokens", session)  # so the workers stop waiting
                 return
 
-    def run_step(self, session, fetches, step):
+    def run_step(self, session, fetches, step, metadata=None):
         """One synchronous step; returns (fetched values, global step after the update).
 
         Raises replica_lib.PeerStopped when another task ended the training (a worker closed
@@ -226,7 +225,8 @@ class ClusterWorker(ClusterMember):
         try:
             with self._watchdog.around(timeout, f"the step after step {step}"):
                 out, flags_set = session.run((fetches, self._ops["stop_flags"]),
-                                             options=run_options(timeout))
+                                             options=replica_lib.run_options(timeout, metadata),
+                                             run_metadata=metadata)
         except tf.errors.OutOfRangeError as error:
             if self._update_failures:
                 raise self.explain(error, where) from None

@@ -21,6 +21,17 @@ def first_signal(reasons):
     return None
 
 
+def run_options(timeout_secs=None, metadata=None):
+    """RunOptions for a session call: ended after `timeout_secs` (None: no limit), traced when
+    `metadata` (a RunMetadata, to pass as the call's run_metadata too) is given."""
+    options = tf1.RunOptions()
+    if timeout_secs is not None:
+        options.timeout_in_ms = max(1, int(timeout_secs * 1000))
+    if metadata is not None:
+        options.trace_level = tf1.RunOptions.SOFTWARE_TRACE
+    return options
+
+
 class PeerStopped(Exception):
     """Raised by `Replica.run_step` when the cluster's training ended; `step` is the global step
     it ended at (another task stopped it, or max_steps was reached); `early`: the chief's early
@@ -74,9 +85,11 @@ class Replica:
         """Runs once the variables are initialized or restored and the local ones too."""
         del session
 
-    def run_step(self, session, fetches, step):
-        """Runs one training step; returns (fetched values, the step reached)."""
-        return session.run(fetches), step + 1
+    def run_step(self, session, fetches, step, metadata=None):
+        """Runs one training step (traced into `metadata`, a RunMetadata, when given); returns
+        (fetched values, the step reached)."""
+        return session.run(fetches, options=run_options(metadata=metadata),
+                           run_metadata=metadata), step + 1
 
     def agree_to_stop(self, signal_number, early):
         """Whether the loop stops before its next step, where this task wants to (a signal
@@ -106,10 +119,11 @@ class TimedReplica(Replica):
         self.make_error = make_error
         self.steps_run = 0
 
-    def run_step(self, session, fetches, step):
+    def run_step(self, session, fetches, step, metadata=None):
         limit = self.timeout_secs + (0 if self.steps_run else self.extra_secs)
         try:
-            out = session.run(fetches, options=tf1.RunOptions(timeout_in_ms=int(limit * 1000)))
+            out = session.run(fetches, options=run_options(limit, metadata),
+                              run_metadata=metadata)
         except tf.errors.DeadlineExceededError:
             raise self.make_error(step, limit) from None
         self.steps_run += 1

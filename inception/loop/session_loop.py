@@ -139,6 +139,8 @@ class _Loop:
         self.last_loss = self.last_norm = float("nan")
         self.profiler = profiling.StepProfiler(
             settings.profile_steps if replica.is_chief else None, settings.train_dir, log)
+        self.lines = log_notes.LossLines(built.train_graph, session.graph, log, self._scalar,
+                                         settings.max_steps)
 
     def run(self, step, checkpoint):
         """Trains from `step` to settings.max_steps (or a stop request); returns TrainResult."""
@@ -163,7 +165,6 @@ class _Loop:
         now = time.time()
         cadences = LoopCadences(self.settings, step, now)
         saved_step, stage_index, early = step, None, False
-        notes = log_notes.LogNotes()
         action = ("saving a checkpoint after this step and stopping" if self.replica.is_chief
                   else "stopping after this step")
         with StopRequest(self.log, action) as stop:
@@ -178,7 +179,7 @@ class _Loop:
                     step, ended = self._step(step, stage_index, cadences, result)
                     if ended:
                         break
-                    self._maybe_log(step, cadences, result, notes)
+                    self._maybe_log(step, cadences, result)
                     validate = self.validation is not None and self.validation.due(step)
                     if cadences.checkpoint.check_and_mark(step, time.time()) or validate:
                         result.checkpoint, saved_step = self._save(step), step
@@ -216,14 +217,16 @@ class _Loop:
                    "norms": ops.tower_gradient_norms}
         if want_summary:
             fetches["summary"] = ops.summary_op
+        metadata = self.lines.trace_for(step, cadences)
         try:
             with self.profiler.around_update(step):
-                out, step = self.replica.run_step(self.session, fetches, step)
+                out, step = self.replica.run_step(self.session, fetches, step, metadata)
         except replica_lib.PeerStopped as ended:
             result.stopped_by_peer = ended.step < self.settings.max_steps
             result.stopped_early = ended.early
             result.peer_signal = ended.signal_number
             return ended.step, True
+        self.lines.record(metadata)
         losses = [float(value) for value in out["losses"]]
         norms = [float(value) for value in out["norms"]]
         if not all(math.isfinite(value) for value in losses) or (
@@ -254,21 +257,10 @@ class _Loop:
                 f"{guards.kept(healthy, set_aside)}.")
         self.log(cli.timestamped(f"warning: {warning}"))
 
-    def _maybe_log(self, step, cadences, result, notes):
-        """The loss line when due, and the notes (log_notes.LogNotes) that follow it."""
-        now = time.time()
-        if not (cadences.log.check_and_mark(step, now) or step == self.settings.max_steps):
-            return
-        steps_done = max(step - cadences.interval_step, 1)
-        elapsed = max(now - cadences.interval_start, 1e-9)
-        examples_per_sec = self.graph.examples_per_step * steps_done / elapsed
-        self.log(cli.timestamped(f"step {step}, loss = {result.last_mean_loss:.4f} "
-                             f"({examples_per_sec:.1f} examples/sec; "
-                             f"{elapsed / steps_done:.3f} sec/batch)"))
-        self._scalar(tags.EXAMPLES_PER_SEC, examples_per_sec, step)
-        cadences.interval_start, cadences.interval_step = now, step
-        notes.report(self.session, self.graph, steps_done, self.log)
-        if self.replica.is_chief:
+    def _maybe_log(self, step, cadences, result):
+        """The loss line when due, and the notes that follow it (log_notes.LossLines)."""
+        if self.lines.maybe_log(self.session, step, cadences, result.last_mean_loss) and \
+                self.replica.is_chief:
             self.clock.record(step)
 
     def _scalar(self, tag, value, step):

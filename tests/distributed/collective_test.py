@@ -224,8 +224,8 @@ class WantsToStopAtStep2(collective.CollectiveWorker):
 
     reached = 0
 
-    def run_step(self, session, fetches, step):
-        out, self.reached = super().run_step(session, fetches, step)
+    def run_step(self, session, fetches, step, metadata=None):
+        out, self.reached = super().run_step(session, fetches, step, metadata)
         return out, self.reached
 
     def agree_to_stop(self, signal_number, early):

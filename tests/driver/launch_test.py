@@ -51,7 +51,7 @@ class ShortRunTest(unittest.TestCase):
         step_lines = [line for line in lines if re.search(r": step \d+, loss = ", line)]
         self.assertEqual(len(step_lines), 3)
         self.assertRegex(step_lines[0], r"step 1, loss = \d+\.\d+ \(\d+\.\d examples/sec; "
-                                        r"\d+\.\d+ sec/batch\)")
+                                        r"\d+\.\d+ sec/batch; input wait \d+%\)")
 
         scalars = testing_utils.read_scalars(train_dir)
         for tag in ("loss/mean_loss", "loss/tower_0/total_loss", "loss/tower_1/total_loss",

@@ -207,7 +207,7 @@ class NanCheckTest(unittest.TestCase):
         step_lines = [line for line in lines if ": step " in line]
         self.assertEqual(len(step_lines), 3)
         self.assertRegex(step_lines[-1], r"step 3, loss = [0-9.]+ \([0-9.]+ examples/sec; "
-                                         r"[0-9.]+ sec/batch\)$")
+                                         r"[0-9.]+ sec/batch; input wait [0-9]+%\)$")
         scalars = testing_utils.read_scalars(train_dir)
         step3 = {tag: dict(values).get(3) for tag, values in scalars.items()}
         towers = [step3[f"loss/tower_{i}/total_loss"] for i in range(NUM_TOWERS)]

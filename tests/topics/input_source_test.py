@@ -39,6 +39,11 @@ def train(name, log=None, train_dir=None, **overrides):
     return launch.train(settings_lib.train_settings(**values), log=logged), lines, train_dir
 
 
+def loss_lines(lines):
+    """The loss lines among a run's log lines."""
+    return [line for line in lines if ": step " in line and "loss = " in line]
+
+
 def start_service(workers):
     dispatcher = service.start_dispatcher(0)
     address = dispatcher.target.split("://")[1]
@@ -57,6 +62,8 @@ class InputServiceTrainingTest(unittest.TestCase):
         self.assertEqual(result.step, 4)
         self.assertTrue(any(f": input: from the tf.data service at {dispatcher.target}, job "
                             in line for line in lines), lines)
+        # The service's reads are timed like the local pipeline's (loop/feed_wait.py).
+        self.assertTrue(any("input wait" in line for line in loss_lines(lines)), lines)
 
     def test_a_lost_service_ends_training_in_one_line_and_keeps_the_checkpoint(self):
         dispatcher, workers = start_service(1)
@@ -103,6 +110,9 @@ class SyntheticInputTest(unittest.TestCase):
         result, lines, _ = train("synthetic", synthetic_input=True, max_steps=6)
         self.assertEqual(result.step, 6)
         self.assertTrue(any("input: synthetic" in line for line in lines), lines)
+        # No input is read, so none is waited for: the loss lines say nothing of it.
+        self.assertTrue(loss_lines(lines), lines)
+        self.assertFalse([line for line in loss_lines(lines) if "input wait" in line], lines)
 
 
 class RefusalTest(unittest.TestCase):

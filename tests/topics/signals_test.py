@@ -50,7 +50,7 @@ from inception.loop import replica
 tf1 = tf.compat.v1
 original = replica.Replica.run_step
 
-def long_step(self, session, fetches, step):
+def long_step(self, session, fetches, step, metadata=None):
     if step == 2:
         with tf.Graph().as_default():
             queue = tf1.FIFOQueue(1, tf.float32)
@@ -61,7 +61,7 @@ def long_step(self, session, fetches, step):
                 print("long step begins at", time.time(), flush=True)
                 waiting.run(take, options=tf1.RunOptions(timeout_in_ms=3_600_000))
         print("long step ended", flush=True)
-    return original(self, session, fetches, step)
+    return original(self, session, fetches, step, metadata)
 replica.Replica.run_step = long_step
 runpy.run_module("inception.train", run_name="__main__")
 """

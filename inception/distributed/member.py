@@ -44,6 +44,9 @@ class ClusterMember(replica_lib.Replica):
     """
 
     _shape_source = "the chief has"
+    # The tf.data service this worker's input comes from (set by the driver), or "": a step
+    # that times out may be waiting on it rather than on another task.
+    input_service = ""
 
     def __init__(self, settings, server_config, log=print, on_stuck=None):
         if settings.job_name != "worker":
@@ -122,8 +125,11 @@ class ClusterMember(replica_lib.Replica):
                    "last checkpoint.")
         if timed_out:
             waited = f" within {timeout:g} s" if timeout else " in time"
+            service = (f", or the input service at {self.input_service} stopped serving (see its "
+                       "log)" if self.input_service else "")
             return TaskLostError(f"{prefix}: no synchronous update{waited}{down}. A worker is "
-                                f"missing, stuck, or slower than --step_timeout_secs. {restart}")
+                                 f"missing, stuck, or slower than --step_timeout_secs{service}. "
+                                 f"{restart}")
         return TaskLostError(f"{prefix}: lost contact with the cluster "
                             f"({error_lines.cause_of(error)}){down}. {restart}")
 

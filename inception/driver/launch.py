@@ -227,6 +227,8 @@ def _run_training(run, log, on_stuck):
     config = run.placement.session_config()
     replica = (distributed.start_worker(settings.cluster, config, log, on_stuck)
                if settings.cluster is not None else None)
+    if replica is not None and service_input:
+        replica.input_service = service_input.address
     validation = None
     try:
         validation = in_training.build(settings, run.dataset, config, log)

@@ -6,8 +6,11 @@ import time
 
 from absl.testing import absltest
 
+import tensorflow as tf
+
 from inception.config.cluster import ClusterSettings
 from inception.distributed import connections
+from inception.distributed import member
 
 
 def _listening_socket():
@@ -51,6 +54,26 @@ class UnreachableTasksTest(absltest.TestCase):
         started = time.monotonic()
         self.assertEqual(connections.unreachable_tasks(self.settings, settle_secs=1.0), "")
         self.assertGreaterEqual(time.monotonic() - started, 1.0)
+
+
+
+class TimedOutStepTest(absltest.TestCase):
+
+    def explain_timeout(self, input_service):
+        worker = member.ClusterMember.__new__(member.ClusterMember)  # no server needed here
+        with socket.socket() as unused:
+            unused.bind(("127.0.0.1", 0))
+            gone = "127.0.0.1:%d" % unused.getsockname()[1]
+        worker.settings = ClusterSettings("worker", 0, (), (gone, gone))
+        worker.input_service = input_service
+        return str(worker.explain(tf.errors.DeadlineExceededError(None, None, "deadline"),
+                                  "after step 3", 30))
+
+    def test_a_worker_reading_from_the_input_service_names_it_too(self):
+        message = self.explain_timeout("grpc://input-host:5050")
+        self.assertIn("no synchronous update within 30 s", message)
+        self.assertIn("or the input service at grpc://input-host:5050 stopped serving", message)
+        self.assertNotIn("input service", self.explain_timeout(""))
 
 
 if __name__ == "__main__":

@@ -151,16 +151,15 @@ def checked_settings():
 def train(settings):
     """Trains (TensorFlow loads here); returns session_loop.TrainResult or ends with one line."""
     startup.quiet_tensorflow()
-    from common import error_lines  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
     from inception.driver import launch  # pylint: disable=import-outside-toplevel
     try:
         return launch.train(settings, log=cli.log, on_stuck=exit_now)
     except cli.UserError as error:
         fail(error)
-    except startup.file_errors() as error:
-        cli.fail(f"training stopped by a file-system error: {error_lines.file_error_cause(error)}; "
-                 "fix the directory (space, permissions), then rerun the same command to "
-                 "resume from the last checkpoint.")
+    except (OSError, tf.errors.OpError) as error:
+        cli.fail(startup.stopped_line(error))
 
 
 def find_learning_rate(settings, range_settings):

@@ -6,7 +6,7 @@ stops at once.
 `Interrupted` in the main thread wherever it is (importing TensorFlow, building a graph,
 writing a file: `finally` blocks and atomic writes clean up on the way out) and ends the process
 with one line, unless a phase handles signals itself (the training loop and the evaluation
-watch stop at their next safe point: inception/stop_request.py).
+watch stop at their next safe point: inception/loop/stop_request.py).
 
 The second signal must work even while the main thread sits in one long TensorFlow call:
 Python runs its signal handlers only between bytecodes of the main thread, so two signals

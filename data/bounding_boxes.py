@@ -82,6 +82,14 @@ def csv_lines(filename, boxes):
             for box in boxes]
 
 
+@dataclasses.dataclass(frozen=True)
+class BoxCsvOptions:
+    """//data:process_bounding_boxes: every `*.xml` under `annotations_dir` (searched
+    recursively) into the box CSV `output_file`."""
+    annotations_dir: str = ""
+    output_file: str = ""
+
+
 def convert_annotations(annotations_dir, output_file):
     """Writes the box CSV of every XML annotation under `annotations_dir` to `output_file`.
 

@@ -9,13 +9,16 @@ from absl import app
 from absl import flags
 
 from common import cli
+from common import field_flags
 from data import bounding_boxes
 
 FLAGS = flags.FLAGS
-
-flags.DEFINE_string("annotations_directory", "", "Folder of ILSVRC XML annotations (searched "
-                    "recursively).")
-flags.DEFINE_string("output_file", "", "The CSV to write, e.g. imagenet_2012_bounding_boxes.csv.")
+TABLE = field_flags.FlagTable(names={"annotations_dir": "annotations_directory"},
+                              paths=frozenset({"annotations_dir", "output_file"}))
+TABLE.define_flags(bounding_boxes.BoxCsvOptions, {
+    "annotations_dir": "Folder of ILSVRC XML annotations (searched recursively).",
+    "output_file": "The CSV to write, e.g. imagenet_2012_bounding_boxes.csv.",
+})
 
 _SKIPPED_SHOWN = 10
 
@@ -23,12 +26,12 @@ _SKIPPED_SHOWN = 10
 def main(argv):
     if len(argv) > 1:
         cli.fail(f"unexpected arguments {argv[1:]}; flags look like --output_file=FILE.")
-    if not FLAGS.annotations_directory or not FLAGS.output_file:
+    options = bounding_boxes.BoxCsvOptions(**TABLE.values_of(FLAGS, bounding_boxes.BoxCsvOptions))
+    if not options.annotations_dir or not options.output_file:
         cli.fail("--annotations_directory and --output_file are both required.")
-    output_file = cli.user_path(FLAGS.output_file)
+    output_file = options.output_file
     try:
-        summary = bounding_boxes.convert_annotations(
-            cli.user_path(FLAGS.annotations_directory), output_file)
+        summary = bounding_boxes.convert_annotations(options.annotations_dir, output_file)
     except (cli.UserError, OSError) as error:
         cli.fail(error)
     cli.log(f"{summary.boxes} boxes of {summary.images_with_boxes} images from "

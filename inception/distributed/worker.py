@@ -44,7 +44,7 @@ tf1 = tf.compat.v1
 
 def sync_token_queue(optimizer):
     """The token queue of a SyncReplicasOptimizer after apply_gradients, whose closing releases
-    every worker: a private attribute only (tests/distributed_test.py pins it)."""
+    every worker: a private attribute only (tests/distributed/distributed_test.py pins it)."""
     return optimizer._sync_token_queue  # pylint: disable=protected-access
 
 

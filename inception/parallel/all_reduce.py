@@ -25,7 +25,6 @@ import tensorflow as tf
 
 NCCL = "nccl"
 RING = "ring"
-COMMUNICATIONS = (NCCL, RING)
 GRADIENT_GROUP_KEY = 1  # the collective group of every device's gradient buffers
 WORKER_GROUP_KEY = 2  # one device of each worker of a cluster: broadcasts and votes
 # Instance keys of the worker group's collectives start here, far from the gradients' keys

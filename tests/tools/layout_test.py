@@ -5,8 +5,10 @@ error meant for users is a common.cli.UserError, the one class the entry points 
 every flag is generated from its setting (default once, help once)."""
 
 import ast
+import collections
 import dataclasses
 import os
+import re
 import unittest
 
 from absl import flags
@@ -30,9 +32,11 @@ APPLICATION = ("common", "data", "inception")
 # Errors that never reach a user as such: the image converter's skip signal.
 INTERNAL_ERRORS = {"UndecodableImageError"}
 ENTRY_POINTS = ("inception/train.py", "inception/eval.py", "inception/export.py",
-                "inception/classify.py", "data/builder_cli.py", "data/process_bounding_boxes.py")
+                "inception/classify.py", "inception/input_service.py", "data/builder_cli.py",
+                "data/process_bounding_boxes.py")
 # Programs whose flags all come from dataclass fields (common/field_flags.py).
-FLAGS_FROM_FIELDS = ENTRY_POINTS[:4] + ("data/build_image_data.py", "data/build_imagenet_data.py")
+FLAGS_FROM_FIELDS = ENTRY_POINTS[:5] + ("data/build_image_data.py", "data/build_imagenet_data.py",
+                                        "data/process_bounding_boxes.py")
 
 
 def source_root():
@@ -74,6 +78,35 @@ class LayoutTest(unittest.TestCase):
                 with self.subTest(pair=(name, other)):
                     self.assertFalse(other.startswith(name) or name[:5] == other[:5],
                                      f"{name} and {other}")
+
+    def test_every_file_a_module_points_at_exists(self):
+        # `<folder>/<name>.py` in a comment or docstring, read from the repository's root, the
+        # module's own folder or its top folder, or inception/ or tests/ (how they are written).
+        mention = re.compile(r"(?<![\w./-])((?:[a-z_]+/)+[a-z_0-9]+\.py)\b")
+        for path in python_files(self.root):
+            folder, top = os.path.dirname(path), path.split(os.sep)[0]
+            with open(os.path.join(self.root, path), encoding="utf-8") as handle:
+                mentioned = set(mention.findall(handle.read()))
+            missing = [name for name in sorted(mentioned) if not any(
+                os.path.exists(os.path.join(self.root, base, name))
+                for base in ("", folder, top, "inception", "tests"))]
+            with self.subTest(path=path):
+                self.assertEqual(missing, [], "a file that moved or never existed")
+
+    def test_every_constant_of_the_application_is_used(self):
+        texts = {}
+        for path in python_files(self.root):
+            with open(os.path.join(self.root, path), encoding="utf-8") as handle:
+                texts[path] = handle.read()
+        words = collections.Counter(re.findall(r"\b[A-Z_][A-Z0-9_]*\b",
+                                               "\n".join(texts.values())))
+        for path in python_files(self.root, APPLICATION):
+            constants = [target.id for node in ast.parse(texts[path]).body
+                         if isinstance(node, ast.Assign) for target in node.targets
+                         if isinstance(target, ast.Name) and target.id.isupper()]
+            for name in constants:
+                with self.subTest(path=path, constant=name):
+                    self.assertGreater(words[name], 1, "defined and never used: remove it")
 
     def test_only_entry_points_sit_directly_in_inception(self):
         top = sorted(name for name in os.listdir(os.path.join(self.root, "inception"))

@@ -3,7 +3,7 @@ Inception v3 on one CPU tower, for a global batch B, for K micro-batches of B (o
 training builds them, and all at once, without the ordering), and for one batch of K x B.
 
     python3 bench/accumulation_memory.py --batch=32 --micro_batches=4 \
-        --output_json=bench/results/accumulation-memory-cpu.json
+        --output_json=bench/results/accumulation-memory-cpu-2core.json
 
 Run by hand from the repository root with the project's environment (`bin/bazel` makes it;
 its python is ~/.cache/inception/venv-cpu-*/bin/python). Each configuration runs in its own

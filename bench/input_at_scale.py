@@ -7,8 +7,10 @@
 2. the demo training run (`bin/bazel run //inception:train`, built once first) with its real
    input, with --synthetic_input, and from the service with 1 and 2 worker processes: the
    median sec/batch of the log intervals after the first, and the input wait each loss line
-   reports; and the real input with a loss line every step, whose traced steps (one in ten)
-   against the others say what the trace costs.
+   reports; and the real input with a loss line every step, whose traced steps against the
+   others say what the trace costs. The recorded result was measured when one step in 10 was
+   traced; inception/loop/feed_wait.py now traces one in 100 (TRACE_GAP_STEPS), so a rerun's
+   60-step runs trace only their first and last logged steps.
 Rounds alternate between the configurations of each part.
 
     python3 -m bench.input_at_scale --output_json=bench/results/input-at-scale-cpu-2core.json

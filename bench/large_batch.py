@@ -82,7 +82,7 @@ def main():
     parser.add_argument("--towers", type=int, default=2)
     parser.add_argument("--image_size", type=int, default=75)
     parser.add_argument("--depth_multiplier", type=float, default=0.25)
-    parser.add_argument("--epochs", type=float, default=20)
+    parser.add_argument("--epochs", type=float, default=60.0)
     parser.add_argument("--warmup_epochs", type=float, default=2)
     parser.add_argument("--eval_every_n_steps", type=int, default=3)
     parser.add_argument("--target", type=float, default=0.5)

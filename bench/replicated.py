@@ -49,7 +49,7 @@ def main():
     parser.add_argument("--batch", type=int, default=16, help="global batch (both towers)")
     parser.add_argument("--image_size", type=int, default=150)
     parser.add_argument("--depth_multiplier", type=float, default=0.5)
-    parser.add_argument("--steps", type=int, default=8, help="timed steps per round")
+    parser.add_argument("--steps", type=int, default=5, help="timed steps per round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--output_json", default="")
     parser.add_argument("--only", default="", help=argparse.SUPPRESS)  # one child process

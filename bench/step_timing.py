@@ -19,9 +19,10 @@ RESULT = "RESULT"  # what precedes a child's JSON result on its stdout
 def step_times(devices, batch, image_size, depth_multiplier, steps, all_reduce=None,
                batch_norm_groups=None, num_classes=10):
     """Seconds of each of `steps` timed training steps (after two untimed ones) of Inception v3
-    (RMSProp, random images of `num_classes` labels) on towers on `devices` ('/cpu:i' are virtual CPU
-    devices), in this process; replicated with `all_reduce` (an all_reduce.AllReduceSpec) and
-    batch norm synchronized over `batch_norm_groups` when given."""
+    (RMSProp, random images of `num_classes` labels) on towers on `devices` ('/cpu:i' are
+    virtual CPU devices), in this process; replicated with `all_reduce` (an
+    all_reduce.AllReduceSpec) and batch norm synchronized over `batch_norm_groups` when
+    given."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
     from inception.config import recipe  # pylint: disable=import-outside-toplevel

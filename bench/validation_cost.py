@@ -2,7 +2,8 @@
 validation (steps 350 and 700) and with `--eval_every_n_steps=0`, alternated, wall time of
 each whole command.
 
-    python3 -m bench.validation_cost --pairs=2 --output_json=bench/results/validation-cost.json
+    python3 -m bench.validation_cost --pairs=2 \
+        --output_json=bench/results/validation-cost-cpu-2core.json
 
 Run by hand from the repository root on an otherwise idle machine (not under Bazel: it runs
 `bin/bazel run` itself, after one build so that no run pays for it). Prints and writes the

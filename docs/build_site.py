@@ -27,6 +27,7 @@ class _Collect(logging.Handler):
         self.lines = []
 
     def emit(self, record):
+        """Keeps the record as one line: its level and message."""
         self.lines.append(f"{record.levelname}: {record.getMessage()}")
 
 

@@ -20,7 +20,10 @@ from inception.config import rules
 from inception.config import settings as settings_lib
 from inception.driver import launch
 from inception.driver import resolution
+from inception.config import tags
 from inception.inputs import datasets
+from inception.inputs import label_weights
+from inception.inputs import pipeline
 from inception.model import network
 from inception.parallel import clipping
 from inception.parallel import gradients as gradients_lib
@@ -127,13 +130,44 @@ class ClassWeightTest(unittest.TestCase):
         self.assertTrue(any(line.startswith("class weights (balanced over 5 classes of the "
                                             "training split): from ") for line in lines), lines)
 
-    def test_a_balanced_sampling_run_logs_its_draws_and_trains(self):
-        result, lines = tiny_run(testing_utils.temp_dir("balanced_sampling"), max_steps=2,
-                                 balanced_sampling=True)
+    def test_class_weights_reach_the_training_loss(self):
+        # Every label weighs 2: the first update's cross-entropy (from the same seeded weights
+        # on the same batch) is twice the unweighted run's, up to the one float32 rounding by
+        # which a threaded forward sum may differ between two runs.
+        with open(os.path.join(DATA_DIR, "labels.txt"), encoding="utf-8") as handle:
+            names = [line.strip() for line in handle if line.strip()]
+        weights_file = os.path.join(testing_utils.temp_dir("weights"), "weights.txt")
+        with open(weights_file, "w", encoding="utf-8") as handle:
+            handle.writelines(f"{name} 2\n" for name in names)
+        plain, doubled = (
+            testing_utils.read_scalars(train_dir)[tags.tower_loss(0, "cross_entropy")][0][1]
+            for train_dir in (self.first_step("plain"), self.first_step("doubled",
+                                                                        weights_file)))
+        self.assertAlmostEqual(doubled, 2 * plain, delta=1e-6 * plain)
+
+    def first_step(self, name, class_weight=""):
+        train_dir = testing_utils.temp_dir(name)
+        tiny_run(train_dir, max_steps=1, seed=5, class_weight=class_weight)
+        return train_dir
+
+    def test_a_balanced_sampling_run_logs_its_draws_and_reads_by_them(self):
+        built = []
+        original = pipeline.build_train_input
+
+        def spy(*args, **kwargs):
+            built.append(kwargs["sampling_weights"])
+            return original(*args, **kwargs)
+        with mock.patch.object(pipeline, "build_train_input", spy):
+            result, lines = tiny_run(testing_utils.temp_dir("balanced_sampling"), max_steps=2,
+                                     balanced_sampling=True)
         self.assertEqual(result.step, 2)
         self.assertTrue(any(line.startswith("balanced sampling over 5 classes of the training "
                                             "split: each record drawn") for line in lines),
                         lines)
+        # The training input reads by the formula's draws (label_weights_test: how it draws).
+        shards = sorted(tf.io.gfile.glob(os.path.join(DATA_DIR, "train-*")))
+        counts = label_weights.label_counts(shards, 6)  # 5 labels from 1, 0 the background
+        self.assertEqual(built, [label_weights.balanced_weights(counts)])
 
     def test_the_label_count_also_gives_the_epochs_length_in_one_pass(self):
         settings = settings_lib.train_settings(**dict(

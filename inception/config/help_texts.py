@@ -99,12 +99,12 @@ TRAIN_HELP = {
         "TensorFlow's collective ring otherwise, also between the workers of a "
         "cluster without --ps_hosts), or auto: on a cluster what it has (parameter "
         "servers or not), replicated with two or more GPUs, else parameter_server. "
-        "See README, Several GPUs.",
+        "See docs/multi-gpu.md.",
     "variable_device":
         "With --variable_update=parameter_server: where the variables, the gradient "
         "averaging and the updates live: cpu (as in the original; the towers read "
         "them from there), gpu (the first GPU), or auto: the GPU when there is one "
-        "GPU, else the CPU. See README, Benchmarks.",
+        "GPU, else the CPU. See docs/benchmarks.md.",
     "all_reduce_buffers":
         "With --variable_update=replicated: the gradients are packed into this many "
         "buffers before the all-reduce (0: one all-reduce per variable).",
@@ -112,7 +112,7 @@ TRAIN_HELP = {
         "Batch norm in training over the global batch of each step (the examples of every "
         "tower, and of every worker of a cluster without --ps_hosts; each micro-batch's own "
         "with --accumulate_steps) instead of each tower's slice; the moving statistics are "
-        "then the same on every tower. See README, Training (Batch norm).",
+        "then the same on every tower. See docs/multi-gpu.md (Batch norm).",
     "batch_norm_group_size":
         "With --sync_batch_norm: statistics over groups of this many consecutive towers "
         "(0: all of the cluster's; beside parameter servers, all of one worker's, the most "
@@ -123,7 +123,7 @@ TRAIN_HELP = {
         "took, resumes included (0: no target).",
     "xla":
         "Compile the step with XLA auto-clustering (fuses batch norm, "
-        "ReLU and friends; slower on this project's CPU, see README, Benchmarks).",
+        "ReLU and friends; slower on this project's CPU, see docs/benchmarks.md).",
     "strict_input":
         "Stop on a damaged image instead of skipping it.",
     "balanced_sampling":
@@ -137,7 +137,7 @@ TRAIN_HELP = {
         "Trace these steps of the run with TensorFlow's profiler, "
         "e.g. 20,25 (first,last; one number: that step) into <train_dir>/plugins/"
         "profile, for TensorBoard's Profile tab: trace viewer, op statistics, and "
-        "whether the input is the bottleneck (README, Profiling). Default: none; "
+        "whether the input is the bottleneck (docs/monitoring.md). Default: none; "
         "other steps run as without it. On a cluster the chief traces.",
     "log_every_n_steps":
         "Log a loss line every this many steps.",
@@ -191,8 +191,8 @@ TRAIN_HELP = {
         f"{recipe.describe_default('optimizer')}); a --training_plan stage that names "
         "its own keeps it. lars and lamb, for large global batches, scale each variable's "
         "step by its trust ratio and decay the weights themselves (no L2 term in the loss); "
-        "without --initial_learning_rate they start from their own base rates. See README, "
-        "Large batches.",
+        "without --initial_learning_rate they start from their own base rates. See "
+        "docs/learning-rate.md (Large batches).",
     "warmup_epochs":
         "Ramp the learning rate up linearly over this many epochs (instead of "
         "--warmup_steps).",

@@ -139,7 +139,7 @@ PLAN_HELP = {
         "steps and scopes).",
     "training_plan":
         "A JSON file with the training plan (stages with steps, scopes, loss_terms, optimizer, "
-        "learning_rate); see README.",
+        "learning_rate); see docs/stages.md.",
 }
 
 

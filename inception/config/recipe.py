@@ -23,7 +23,7 @@ RMSPROP_MOMENTUM = 0.9
 # LARS and LAMB (parallel/layerwise.py): LARS's trust coefficient (You et al. 2017), each one's
 # decoupled weight decay (LAMB's is the LAMB paper's BERT value), LAMB's epsilon, and their
 # base learning rates for BASE_BATCH_SIZE (a step moves a layer by about rate x eta (LARS) or
-# rate (LAMB) of its weights' norm), used when a run names no rate; measured: README.
+# rate (LAMB) of its weights' norm), used when a run names no rate; measured: docs/learning-rate.md.
 LARS_ETA = 0.001
 LARS_WEIGHT_DECAY = 5e-5
 LAMB_WEIGHT_DECAY = 0.01
@@ -59,7 +59,7 @@ class CropSettings:
 ORIGINAL_CROP = CropSettings()
 # The crops keep at least 60% of the object and 30% of the image: the original's 10% / 5% cut
 # away what tells the classes apart in small, frame-filling images, and short runs cannot learn
-# from such crops (README, "Learning rate": 0.14 -> 0.73 precision@1 on MNIST images).
+# from such crops (docs/learning-rate.md: 0.14 -> 0.73 precision@1 on MNIST images).
 MILD_CROP = CropSettings(min_object_covered=0.6, area_range=(0.3, 1.0))
 
 
@@ -85,8 +85,8 @@ IMAGENET_DEFAULTS = TrainingDefaults(image_size=299, depth_multiplier=1.0, max_s
                                      batch_size=BASE_BATCH_SIZE, initial_learning_rate=0.1,
                                      num_epochs_per_decay=30.0)
 # A user's own (usually small) data set: Adam at 0.001, mild crops, no warm-up (it cost
-# precision with Adam on both data sets measured); the numbers are in the README
-# ("Learning rate").
+# precision with Adam on both data sets measured); the numbers are in
+# docs/learning-rate.md.
 OWN_DATA_DEFAULTS = dataclasses.replace(IMAGENET_DEFAULTS, initial_learning_rate=0.001,
                                         crop=MILD_CROP, optimizer="adam", num_epochs=30.0)
 # Small enough to reach >90% precision@1 in a few minutes on a 2-core CPU; validated halfway

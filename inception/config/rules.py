@@ -34,7 +34,7 @@ MAX_RANDAUGMENT_MAGNITUDE = 30  # RandAugment's scale: 10 is a full-strength op,
 # How the learning rate follows the examples of one update (--learning_rate_scaling): linear
 # (Goyal et al. 2017), sqrt (Krizhevsky 2014; Hoffer et al. 2017), or none.
 LEARNING_RATE_SCALINGS = ("none", "linear", "sqrt")
-DEFAULT_LEARNING_RATE_SCALING = "sqrt"  # measured: README, "Learning rate"
+DEFAULT_LEARNING_RATE_SCALING = "sqrt"  # measured: docs/learning-rate.md
 FLAG_NAMES = {"num_towers": "num_gpus", "num_labels": "num_classes"}  # the original's names
 
 

@@ -46,7 +46,7 @@ HELP = {
         "//inception:input_service): its workers read, decode, augment and batch the training "
         "input, each taking whole epochs, and stream the batches here (every example once an "
         "epoch; a cluster's workers share them). Not with --deterministic: the order batches "
-        "arrive in is not reproducible. See README, Input.",
+        "arrive in is not reproducible. See docs/monitoring.md.",
     "input_service_timeout_secs":
         "With --input_service: a step that gets no batch for this long ends training with a "
         "line naming the service (its dispatcher or every worker is gone); the last checkpoint "

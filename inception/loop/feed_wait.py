@@ -93,5 +93,5 @@ def input_bound_note(share):
     its time for input."""
     return (f"note: the traced step waited {share:.0%} of its time for input: this run is "
             "input-bound. More CPU cores for decoding and augmenting, or the tf.data service "
-            "on other machines (--input_service; README: \"Input made elsewhere\"), would "
+            "on other machines (--input_service; docs/monitoring.md), would "
             "feed the towers faster; --synthetic_input times the step alone.")

@@ -10,8 +10,13 @@ GPU, not a substitute for running it on one.
 """
 
 import os
+import subprocess
+import sys
 
 from inception.driver import startup
+
+# Every GPU the machine shows this process, for the NCCL check's own process (below).
+ALL_GPUS = os.environ.get("CUDA_VISIBLE_DEVICES")
 
 # Before TensorFlow looks at its devices: the first visible GPU only, and the flag that lets
 # XLA cluster CPU ops (for INCEPTION_GPU_TEST_DEVICE=cpu; GPUs need none).
@@ -24,6 +29,7 @@ import numpy as np  # noqa: E402  pylint: disable=wrong-import-position
 import tensorflow as tf  # noqa: E402  pylint: disable=wrong-import-position
 from absl.testing import absltest  # noqa: E402  pylint: disable=wrong-import-position
 
+from common import machine  # noqa: E402  pylint: disable=wrong-import-position
 from inception.config import settings as settings_lib  # noqa: E402  pylint: disable=wrong-import-position
 from inception.driver import launch  # noqa: E402  pylint: disable=wrong-import-position
 from inception.parallel import devices  # noqa: E402  pylint: disable=wrong-import-position
@@ -218,6 +224,23 @@ class TrainingOnASplitGpuTest(unittest.TestCase):
             self.skipTest("fp16 training needs GPU towers")
         self.assertIn("; fp16", self.train("fp16"))
 
+
+
+@unittest.skipIf(ON_CPU or len(machine.nvidia_gpus()) < 2,
+                 "NCCL needs two GPUs; this machine has "
+                 f"{len(machine.nvidia_gpus())} (or the run is on CPU devices)")
+class NcclTest(unittest.TestCase):
+
+    def test_nccl_sums_what_the_ring_sums_bit_for_bit(self):
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        if ALL_GPUS is None:
+            env.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            env["CUDA_VISIBLE_DEVICES"] = ALL_GPUS
+        done = subprocess.run([sys.executable, "-m", "tests.topics.nccl_sum"], env=env,
+                              capture_output=True, text=True, check=False, timeout=600)
+        self.assertEqual(done.returncode, 0, done.stderr[-3000:])
+        self.assertIn("nccl equals ring", done.stdout)
 
 if __name__ == "__main__":
     absltest.main()

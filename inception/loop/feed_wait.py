@@ -1,15 +1,14 @@
-"""How much of a training step waits for its input: one step per log interval is traced.
+"""How much of a training step waits for its input: a step before a loss line is traced.
 
 The last step before a loss line runs with TensorFlow's step statistics (RunOptions'
 SOFTWARE_TRACE and a RunMetadata), which time every op of the step; at most one step in
 TRACE_GAP_STEPS is traced (and the run's last), so a loss line every step does not trace them
-all. The wait is the time the
-input iterator's read (IteratorGetNext) runs while no other op does: on CPU towers everything
-after the read needs its batch, so the whole read is waited for; with GPU towers the read
-stages the next step's batch while the towers compute (parallel/gpu_prefetch.py), and only
-what it takes beyond them counts. Its share of the traced step goes on the loss line and into
-TensorBoard, and a note follows when it passes INPUT_BOUND_SHARE. A run with no input iterator
-(--synthetic_input) traces nothing.
+all. The wait is the time the input iterator's read (IteratorGetNext) runs while no other op
+does: on CPU towers everything after the read needs its batch, so the whole read is waited
+for; with GPU towers the read stages the next step's batch while the towers compute
+(parallel/gpu_prefetch.py), and only what it takes beyond them counts. Its share of the traced
+step goes on that loss line and into TensorBoard, and a note follows when it passes
+INPUT_BOUND_SHARE. A run with no input iterator (--synthetic_input) traces nothing.
 """
 
 import tensorflow as tf

@@ -1,7 +1,7 @@
 """The loss line the training loop logs every --log_every_n_steps, and the notes that follow it
 when something happened since the last one: damaged input records skipped, updates that
 gradient clipping clipped, and (once a run) a traced step that waited long for its input
-(loop/feed_wait.py; its share is on every loss line)."""
+(loop/feed_wait.py; its share is on the loss line of each traced step)."""
 
 import time
 
@@ -30,7 +30,7 @@ class LossLines:
     def trace_for(self, step, cadences):
         """A RunMetadata for the update from `step` when its input wait is to be measured
         (feed_wait.InputWaitProbe.metadata), else None; give it to `record` after the step."""
-        return self.wait_probe.metadata(step + 1, self._due(step + 1, cadences, mark=False),
+        return self.wait_probe.metadata(step + 1, self._due(step + 1, cadences, time.time()),
                                         last=step + 1 == self.max_steps)
 
     def record(self, metadata):
@@ -40,9 +40,10 @@ class LossLines:
     def maybe_log(self, session, step, cadences, loss):
         """The loss line of `step` (mean loss `loss`) and its notes when a line is due; returns
         whether one was logged."""
-        if not self._due(step, cadences, mark=True):
-            return False
         now = time.time()
+        if not self._due(step, cadences, now):
+            return False
+        cadences.log.mark(step, now)
         updates = max(step - cadences.interval_step, 1)
         elapsed = max(now - cadences.interval_start, 1e-9)
         examples_per_sec = self.train_graph.examples_per_step * updates / elapsed
@@ -57,12 +58,9 @@ class LossLines:
         self._notes(session, updates, share)
         return True
 
-    def _due(self, step, cadences, mark):
-        now = time.time()
-        due = cadences.log.due(step, now) or step == self.max_steps
-        if due and mark:
-            cadences.log.mark(step, now)
-        return due
+    def _due(self, step, cadences, now):
+        """Whether `step` gets a loss line: the log cadence's, and the run's last step."""
+        return cadences.log.due(step, now) or step == self.max_steps
 
     def _notes(self, session, updates, share):
         """Logs the counts that grew since the last line; `updates`: the updates since then."""

@@ -59,29 +59,27 @@ class SiteTest(absltest.TestCase):
                 self.assertNotIn("<script src=\"http", text)
                 self.assertNotIn("<link rel=\"stylesheet\" href=\"http", text)
 
-    def test_a_broken_link_fails_the_build_with_mkdocs_message(self):
+    def assert_build_fails(self, page, mode, text, expected):
+        """Writes `text` to `page` of a copy of the manual (`mode` "a" appends, "w" makes a new
+        page); the strict build must fail with `expected` in MkDocs's message."""
         config_file = self.copy_of_the_manual()
-        with open(os.path.join(os.path.dirname(config_file), "..", "faults.md"), "a",
+        with open(os.path.join(os.path.dirname(config_file), "..", page), mode,
                   encoding="utf-8") as handle:
-            handle.write("\nSee [the old page](no_such_page.md).\n")
-        with self.assertRaisesRegex(build_site.SiteError, "no_such_page.md"):
+            handle.write(text)
+        with self.assertRaisesRegex(build_site.SiteError, expected):
             self.build(config_file)
+
+    def test_a_broken_link_fails_the_build_with_mkdocs_message(self):
+        self.assert_build_fails("faults.md", "a", "\nSee [the old page](no_such_page.md).\n",
+                                "no_such_page.md")
 
     def test_an_anchor_no_heading_has_fails_the_build(self):
-        config_file = self.copy_of_the_manual()
-        with open(os.path.join(os.path.dirname(config_file), "..", "speed.md"), "a",
-                  encoding="utf-8") as handle:
-            handle.write("\nSee [profiling](monitoring.md#no-such-heading).\n")
-        with self.assertRaisesRegex(build_site.SiteError, "no-such-heading"):
-            self.build(config_file)
+        self.assert_build_fails("speed.md", "a",
+                                "\nSee [profiling](monitoring.md#no-such-heading).\n",
+                                "no-such-heading")
 
     def test_a_page_missing_from_the_navigation_fails_the_build(self):
-        config_file = self.copy_of_the_manual()
-        with open(os.path.join(os.path.dirname(config_file), "..", "orphan.md"), "w",
-                  encoding="utf-8") as handle:
-            handle.write("# A page nobody lists\n")
-        with self.assertRaisesRegex(build_site.SiteError, "orphan.md"):
-            self.build(config_file)
+        self.assert_build_fails("orphan.md", "w", "# A page nobody lists\n", "orphan.md")
 
 
 if __name__ == "__main__":

@@ -50,8 +50,11 @@ def build_run(build_graph, settings, replica, checkpoint, make_initializer, log)
         elif checkpoint:
             start = resume.prepare_resume(checkpoint, train_graph, saved_variables, log)
         else:
+            # Only a rollback reads the starting weights back (loop/rollback.py).
+            kept = (RunDirectory(settings.train_dir).start_prefix()
+                    if settings.on_nan == "rollback" else None)
             start = resume.prepare_fresh_start(train_graph, make_initializer, saved_variables,
-                                               RunDirectory(settings.train_dir).start_prefix())
+                                               kept)
         health = guards.VariableHealth(saved_variables)
         local_init = tf1.local_variables_initializer()
         keep_position = resume.keeping_input_position(train_graph)

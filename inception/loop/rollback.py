@@ -1,12 +1,18 @@
 """What the training loop does once training diverged: set aside the checkpoints written since
 the divergence began, then stop or, with --on_nan=rollback, go back to the last healthy
-checkpoint (or the weights a fresh run started from) and on with the next batches."""
+checkpoint (or the weights a fresh run started from) and on with the next batches.
+
+A fresh run with --on_nan=rollback keeps the weights it started from in `<train_dir>/start/`
+until its first checkpoint proves healthy (the first step trained from it was sound and it was
+not written while the loss climbed); from then on a rollback has that checkpoint or a later one
+to go to, so the copy, one checkpoint's space, is deleted. A resumed run never needs it."""
 
 import os
 
 import tensorflow as tf
 
 from common import cli
+from common import error_lines
 from inception.loop import resume
 from inception.run.checkpoint_io import step_of
 
@@ -29,6 +35,38 @@ class Rollbacks:
         self.restart, self.keep_position = restart, keep_position
         self.count = 0
         self.resumed_from = None  # the checkpoint this run started from
+        self.start_kept = False  # whether <train_dir>/start/ holds this run's starting weights
+
+    def begin(self, checkpoint):
+        """At the start of a run from `checkpoint` (None: a fresh run): a fresh run with
+        --on_nan=rollback has saved its starting weights; a resumed one deletes a copy an
+        earlier attempt left."""
+        self.resumed_from = checkpoint
+        if self.replica.is_chief:
+            self.start_kept = True
+            if checkpoint is not None or self.settings.on_nan != "rollback":
+                self.drop_start()
+
+    def mark_verified(self, checkpoint):
+        """Records that the first step trained from `checkpoint` was sound; once a checkpoint
+        is healthy for good, deletes the starting weights (see the module docstring)."""
+        if self.run_dir.health.mark_verified(checkpoint, self.log):
+            self.drop_start()
+
+    def drop_start(self):
+        """Deletes `<train_dir>/start/` if this run kept it; a failure is one warning line (the
+        copy is then only space lost)."""
+        if not self.start_kept:
+            return
+        self.start_kept = False
+        start_dir = os.path.dirname(self.run_dir.start_prefix())
+        try:
+            if tf.io.gfile.isdir(start_dir):
+                tf.io.gfile.rmtree(start_dir)
+        except (tf.errors.OpError, OSError) as error:
+            self.log(f"warning: could not delete {start_dir} "
+                     f"({error_lines.file_error_cause(error)}); it holds only the weights "
+                     "this run started from: delete it by hand.")
 
     def set_aside_diverged(self, failed_step, watch):
         """Sets aside every checkpoint newer than the last healthy one after the run diverged
@@ -71,8 +109,8 @@ class Rollbacks:
     def _roll_back_to(self, healthy):
         """Restores `healthy` (None: the weights a fresh run started from), the input going on;
         returns what it restored, in words, or None when nothing healthy can be restored."""
-        if healthy is None and self.resumed_from is not None:
-            return None  # the checkpoint this run resumed from is itself unhealthy
+        if healthy is None and not self.start_kept:
+            return None  # resumed from an unhealthy checkpoint, or the healthy ones are gone
         if healthy is None or healthy == self.resumed_from:
             self.keep_position(self.session, self.restart)  # restores as at the start
         else:

@@ -145,7 +145,8 @@ class _Loop:
     def run(self, step, checkpoint):
         """Trains from `step` to settings.max_steps (or a stop request); returns TrainResult."""
         settings = self.settings
-        self.rollbacks.resumed_from = self.unverified = checkpoint
+        self.rollbacks.begin(checkpoint)
+        self.unverified = checkpoint
         self.clock = health.RunClock(self.run_dir, resumed=checkpoint is not None)
         if self.replica.is_chief:
             self.writer = tf1.summary.FileWriter(
@@ -245,7 +246,7 @@ class _Loop:
     def _watch_loss(self, step, result):
         warning = self.watch.add(step, result.last_mean_loss)
         if self.unverified and self.watch.sound(result.last_mean_loss):
-            self.run_dir.health.mark_verified(self.unverified, self.log)
+            self.rollbacks.mark_verified(self.unverified)
         self.unverified = None
         if warning is None:
             return

@@ -12,8 +12,9 @@
 <train_dir>/progress.json              the step the chief last logged and the run's wall time then
                                        (a resumed run says how many steps it trains again, and
                                        goes on counting the time)
-<train_dir>/start/model.ckpt-0.*       the weights a fresh run started from (a rollback before
-                                       the first checkpoint restores them)
+<train_dir>/start/model.ckpt-0.*       the weights a fresh run started from, with --on_nan=rollback
+                                       and until its first checkpoint proves healthy (a rollback
+                                       before then restores them; loop/rollback.py)
 ```
 
 Training, evaluation, export and classify all read checkpoints through `RunDirectory`, so they

@@ -110,12 +110,15 @@ class HealthRecords:
         self._write(records, prefix, log)
 
     def mark_verified(self, prefix, log=print):
-        """Records that the first step trained from checkpoint `prefix` was sound."""
+        """Records that the first step trained from checkpoint `prefix` was sound; returns
+        whether `prefix` is now healthy for good (not written while the loss was climbing, or
+        without a record, which counts as verified)."""
         records = self.read()
         name = os.path.basename(prefix)
         if name in records and not records[name].verified:
             records[name] = dataclasses.replace(records[name], verified=True)
             self._write(records, prefix, log)
+        return name not in records or not records[name].climbing
 
     def _write(self, records, prefix, log):
         present = {os.path.basename(path) for path in self.directory.candidates()}

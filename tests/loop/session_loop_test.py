@@ -9,96 +9,20 @@ import numpy as np
 import tensorflow as tf
 from absl.testing import absltest
 
-from inception.config import settings as settings_lib
 from inception.loop import guards
 from inception.loop import session_loop
 from inception.parallel import step_graph
 from inception.run.directory import RunDirectory
 from inception.run.write_errors import CheckpointWriteError
 from tests import testing_utils
+from tests.loop.loop_fixture import BATCH
+from tests.loop.loop_fixture import NUM_TOWERS
+from tests.loop.loop_fixture import build_graph_fn
+from tests.loop.loop_fixture import loop_settings
+from tests.loop.loop_fixture import run
+from tests.loop.loop_fixture import small_model_factory
 
 tf1 = tf.compat.v1
-BATCH = 8
-NUM_TOWERS = 2
-
-
-def small_model_factory(nan_tower=None, nan_from_step=None, nan_gradient_from_step=None,
-                        inf_statistic_at_step=None):
-    """make_model_fn(bn_decay) for train_graph. Faults on demand, from a global step on: a NaN
-    loss in one tower; a finite loss whose gradient is NaN (tower 0: the update poisons the
-    weights while the loss still looks fine); a non-trainable statistic set to Inf."""
-    base = testing_utils.small_conv_model_fn()
-
-    def make_model_fn(bn_decay):
-        del bn_decay
-
-        def model_fn(images, labels):
-            terms = base(images, labels)
-            scope = tf1.get_default_graph().get_name_scope()
-            step = tf1.train.get_global_step()
-            if nan_tower is not None and scope.startswith(f"tower_{nan_tower}"):
-                poisoned = tf.where(step + 1 >= nan_from_step, np.float32("nan"), 0.0)
-                terms = {name: value + poisoned for name, value in terms.items()}
-            if nan_gradient_from_step is not None and scope.startswith("tower_0"):
-                terms = {name: _nan_gradient(value, step + 1 >= nan_gradient_from_step)
-                         for name, value in terms.items()}
-            if inf_statistic_at_step is not None:
-                _inf_statistic(step + 1 >= inf_statistic_at_step)
-            return terms
-        return model_fn
-    return make_model_fn
-
-
-def _nan_gradient(value, when):
-    """`value` itself, whose gradient is NaN while `when` holds."""
-    @tf.custom_gradient
-    def identity(x):
-        return tf.identity(x), lambda dy: tf.where(when, np.float32("nan"), dy)
-    return identity(value)
-
-
-def _inf_statistic(when):
-    """A non-trainable variable (like a batch-norm statistic) that becomes Inf when `when`;
-    its update runs with tower 0's step, as batch norm's do."""
-    with tf1.variable_scope(tf1.get_variable_scope(), reuse=tf1.AUTO_REUSE):
-        statistic = tf1.get_variable("net/statistic", [], initializer=tf1.zeros_initializer(),
-                                     trainable=False)
-    if tf1.get_default_graph().get_name_scope().startswith("tower_0"):
-        tf1.add_to_collection(tf1.GraphKeys.UPDATE_OPS, statistic.assign(
-            tf.where(when, np.float32("inf"), 0.0)))
-
-
-def poisoned_batches(first, last=None):
-    """The small model's batches, the `first`..`last` (1-based, inclusive; None: every later
-    one) made of NaN: faults tied to the data, not to the step."""
-    def poison(images, labels, number):
-        bad = number >= first if last is None else (number >= first) & (number <= last)
-        return tf.where(bad, images * np.float32("nan"), images), labels
-    return testing_utils.numbered_batches(poison, BATCH)
-
-
-def build_graph_fn(input_fn=None, **factory_args):
-    def build():
-        return step_graph.build_train_graph(
-            (input_fn or testing_utils.synthetic_input)(BATCH),
-            small_model_factory(**factory_args),
-            testing_utils.optimization(initial_learning_rate=0.01),
-            [f"/cpu:{i}" for i in range(NUM_TOWERS)], 64)
-    return build
-
-
-def loop_settings(train_dir, max_steps, **overrides):
-    values = dict(train_dir=train_dir, max_steps=max_steps, log_every_n_steps=1,
-                  save_summaries_steps=1, save_checkpoint_steps=5, save_interval_secs=0)
-    values.update(overrides)
-    return settings_lib.LoopSettings(**values)
-
-
-def run(train_dir, max_steps, log=None, settings=None, input_fn=None, **factory_args):
-    return session_loop.run_training(build_graph_fn(input_fn, **factory_args),
-                                     testing_utils.cpu_session_config(NUM_TOWERS),
-                                     loop_settings(train_dir, max_steps, **(settings or {})),
-                                     log=log if log is not None else (lambda line: None))
 
 
 def train_steps(variable_device, steps=3):
@@ -214,53 +138,6 @@ class NanCheckTest(unittest.TestCase):
         self.assertAlmostEqual(step3["loss/mean_loss"], float(np.mean(towers)), places=5)
         self.assertAlmostEqual(result.last_mean_loss, step3["loss/mean_loss"], places=5)
         self.assertNotAlmostEqual(towers[0], towers[1], places=4)
-
-
-class RollbackTest(unittest.TestCase):
-
-    def test_a_rollback_restores_the_last_checkpoint_and_continues(self):
-        train_dir = testing_utils.temp_dir("rollback")
-        lines = []
-        result = run(train_dir, 12, log=lines.append, settings={"on_nan": "rollback"},
-                     input_fn=lambda batch: poisoned_batches(7, 7))
-        self.assertEqual(result.step, 12)
-        rolled = [line for line in lines if "rolled back" in line]
-        self.assertEqual(len(rolled), 1, lines)
-        # (oneDNN's ReLU turns NaN into 0, so the loss of a NaN batch can look fine; the
-        # gradients cannot.)
-        self.assertRegex(rolled[0], r"(loss is not finite at step 7|the update of step 7 is "
-                                    r"not finite) in tower_0, tower_1")
-        self.assertIn(f"rolled back to {os.path.join(train_dir, 'model.ckpt-5')} (step 5), "
-                      "skipping the 2 batch(es) since (rollback 1 of at most 3)", rolled[0])
-        scalars = testing_utils.read_scalars(train_dir)
-        self.assertEqual(scalars["train/nan_rollbacks"], [(7, 1.0)])
-        testing_utils.assert_finite_checkpoint(self, result.checkpoint)
-        self.assertEqual(int(tf.train.load_checkpoint(result.checkpoint).get_tensor(
-            "global_step")), 12)
-
-    def test_rollbacks_give_up_after_the_limit(self):
-        train_dir = testing_utils.temp_dir("rollback_limit")
-        lines = []
-        with self.assertRaises(guards.DivergenceError) as caught:
-            run(train_dir, 40, log=lines.append,
-                settings={"on_nan": "rollback", "max_nan_rollbacks": 2},
-                input_fn=lambda batch: poisoned_batches(7))
-        self.assertEqual(len([line for line in lines if "rolled back" in line]), 2)
-        self.assertTrue(any("2 rollback(s) already (--max_nan_rollbacks=2); stopping." in line
-                            for line in lines))
-        self.assertIn("the last healthy checkpoint is " + os.path.join(train_dir, "model.ckpt-5"),
-                      str(caught.exception))
-        testing_utils.assert_finite_checkpoint(self, RunDirectory(train_dir).newest())
-
-    def test_before_any_checkpoint_a_rollback_restarts_from_the_initial_weights(self):
-        train_dir = testing_utils.temp_dir("rollback_start")
-        lines = []
-        result = run(train_dir, 6, log=lines.append,
-                     settings={"on_nan": "rollback", "save_checkpoint_steps": 0},
-                     input_fn=lambda batch: poisoned_batches(2, 2))
-        self.assertEqual(result.step, 6)
-        self.assertTrue(any("rolled back to the weights this run started from (step 0)" in line
-                            for line in lines), lines)
 
 
 class SaveFailureTest(unittest.TestCase):

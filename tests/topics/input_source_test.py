@@ -2,6 +2,7 @@
 (dispatcher and workers in this process), a lost service ending it in one line with its last
 checkpoint intact, a lost worker of two not stopping it, --synthetic_input and the refusals."""
 
+import functools
 import time
 import unittest
 from unittest import mock
@@ -45,22 +46,38 @@ def loss_lines(lines):
 
 
 def start_service(workers):
+    """A tf.data service in this process: (its dispatcher, its `workers` workers)."""
     dispatcher = service.start_dispatcher(0)
     address = dispatcher.target.split("://")[1]
     return dispatcher, [service.start_worker(address) for _ in range(workers)]
 
 
+@functools.lru_cache(maxsize=None)
+def two_worker_run():
+    """8 steps fed by a service of two workers, the first stopped after step 2; run once per
+    process for the two tests that read it: (TrainResult, log lines, the dispatcher's address)."""
+    dispatcher, workers = start_service(2)
+
+    def stop_one_at_step_2(line):
+        if "step 2, loss" in line:
+            workers[0].stop()
+    try:
+        result, lines, _ = train("worker_lost", log=stop_one_at_step_2, max_steps=8,
+                                 input_service=dispatcher.target, input_service_timeout_secs=60)
+    finally:
+        for server in workers[1:] + [dispatcher]:
+            server.stop()
+    return result, lines, dispatcher.target
+
+
 class InputServiceTrainingTest(unittest.TestCase):
 
     def test_the_service_feeds_training_and_the_log_says_so(self):
-        dispatcher, workers = start_service(1)
-        try:
-            result, lines, _ = train("service_feeds", input_service=dispatcher.target)
-        finally:
-            for server in workers + [dispatcher]:
-                server.stop()
-        self.assertEqual(result.step, 4)
-        self.assertTrue(any(f": input: from the tf.data service at {dispatcher.target}, job "
+        # The run of test_a_lost_worker_of_two_does_not_stop_training: fed by the service
+        # throughout, by one worker after step 2.
+        result, lines, target = two_worker_run()
+        self.assertEqual(result.step, 8)
+        self.assertTrue(any(f": input: from the tf.data service at {target}, job "
                             in line for line in lines), lines)
         # The service's reads are timed like the local pipeline's (loop/feed_wait.py).
         self.assertTrue(any("input wait" in line for line in loss_lines(lines)), lines)
@@ -90,17 +107,7 @@ class InputServiceTrainingTest(unittest.TestCase):
         testing_utils.assert_finite_checkpoint(self, checkpoint)
 
     def test_a_lost_worker_of_two_does_not_stop_training(self):
-        dispatcher, workers = start_service(2)
-
-        def stop_one_at_step_2(line):
-            if "step 2, loss" in line:
-                workers[0].stop()
-        try:
-            result, _, _ = train("worker_lost", log=stop_one_at_step_2, max_steps=8,
-                                 input_service=dispatcher.target, input_service_timeout_secs=60)
-        finally:
-            for server in workers[1:] + [dispatcher]:
-                server.stop()
+        result, _, _ = two_worker_run()
         self.assertEqual(result.step, 8)
 
 

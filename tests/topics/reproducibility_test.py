@@ -25,6 +25,10 @@ from tests import testing_utils
 TINY = dict(image_size=107, depth_multiplier=0.1, batch_size=4, num_towers=2, seed=7,
             log_every_n_steps=1, eval_every_n_steps=0, save_checkpoint_steps=100)
 STOP_AFTER, END = 10, 30
+# The variants stop after update 5 and end at update 8, at a quarter of the updates: an epoch is
+# 3 updates of 2 x 4 examples with accumulation, and 2 steps on the folder (8 of its 12 images
+# train), so both stop inside an epoch and cross an epoch's end after the resume.
+SHORT = dict(stop_after=5, end=8)
 DATA_DIR = None
 
 
@@ -66,17 +70,20 @@ def image_folder(root, per_label=6):
 
 class ExactResumeTest(unittest.TestCase):
 
-    def assert_resume_is_exact(self, name, **overrides):
+    def assert_resume_is_exact(self, name, stop_after=STOP_AFTER, end=END, **overrides):
+        """Trains `name`'s settings to `end` straight, and stopped by SIGTERM after `stop_after`
+        then resumed; requires both last checkpoints to be equal tensor for tensor."""
+        overrides["max_steps"] = end
         straight = testing_utils.temp_dir(f"{name}_straight")
         launch.train(settings(straight, **overrides), log=lambda line: None)
         stopped = testing_utils.temp_dir(f"{name}_stopped")
-        first = launch.train(settings(stopped, **overrides), log=sigterm_after_step(STOP_AFTER))
+        first = launch.train(settings(stopped, **overrides), log=sigterm_after_step(stop_after))
         self.assertEqual(first.stopped_by_signal, signal.SIGTERM)
-        self.assertEqual(first.step, STOP_AFTER)
+        self.assertEqual(first.step, stop_after)
         lines = []
         second = launch.train(settings(stopped, **overrides), log=lines.append)
-        self.assertEqual(second.step, END)
-        self.assertTrue(any(f"(step {STOP_AFTER})" in line for line in lines), lines)
+        self.assertEqual(second.step, end)
+        self.assertTrue(any(f"(step {stop_after})" in line for line in lines), lines)
         expected, actual = checkpoint_values(straight), checkpoint_values(stopped)
         self.assertEqual(sorted(actual), sorted(expected))
         self.assertIn("input_position", actual)
@@ -87,15 +94,16 @@ class ExactResumeTest(unittest.TestCase):
         self.assert_resume_is_exact("shards")
 
     def test_accumulation_with_mixup_across_a_checkpoint_rotation(self):
-        # Checkpoints every 2 steps, 2 kept: the one resumed from is rotated away later.
+        # Checkpoints every 2 steps, 2 kept: the one resumed from (5) is rotated away at 8.
         self.assert_resume_is_exact("accumulated", accumulate_steps=2, mixup_alpha=0.2,
-                                    save_checkpoint_steps=2, keep_checkpoints=2)
+                                    save_checkpoint_steps=2, keep_checkpoints=2, **SHORT)
 
     def test_a_folder_of_images(self):
         cache = testing_utils.temp_dir("reproducibility_cache")
         with mock.patch.dict(os.environ, {"INCEPTION_CACHE_DIR": cache}):
             folder = image_folder(testing_utils.temp_dir("reproducibility_folder"))
-            self.assert_resume_is_exact("folder", data_dir=folder, validation_fraction=0.25)
+            self.assert_resume_is_exact("folder", data_dir=folder, validation_fraction=0.25,
+                                        **SHORT)
 
 
 class DeterministicTest(unittest.TestCase):

@@ -4,6 +4,7 @@ graph), --label_smoothing and --clip_gradient_norm (a norm at or below the bound
 independently), --class_weight and --balanced_sampling, and their one-line refusals,
 --profile_steps' among them (the trace itself: tensorboard_test)."""
 
+import functools
 import math
 import os
 import subprocess
@@ -35,6 +36,7 @@ TINY = dict(image_size=75, depth_multiplier=0.1, batch_size=4, num_towers=2,
             log_every_n_steps=1, save_summaries_steps=1, save_checkpoint_steps=100,
             dataset="demo", eval_every_n_steps=0)
 DATA_DIR = None
+BASE_RATE = 0.004
 
 
 def setUpModule():
@@ -51,13 +53,43 @@ def tiny_run(train_dir, **overrides):
     return result, lines
 
 
+@functools.lru_cache(maxsize=None)
+def epoch_run(accumulate, batch):
+    """One epoch's run at `batch` examples a step and `accumulate` steps an update, run once per
+    process and shared by the tests that read it; (TrainResult, log lines, train_dir)."""
+    train_dir = testing_utils.temp_dir("one_epoch")
+    result, lines = tiny_run(train_dir, num_epochs=1.0, accumulate_steps=accumulate,
+                             batch_size=batch)
+    return result, lines, train_dir
+
+
+@functools.lru_cache(maxsize=None)
+def first_step(scaling, weighted):
+    """train_dir of one step at batch 4, seed 5 and rate 0.004 scaled by `scaling`, with every
+    label weighing 2 if `weighted`, and the log lines; run once per process: the learning-rate
+    and the class-weight tests read the same two runs (a step's cross-entropy comes from the
+    weights before its update, so the rate cannot move it)."""
+    class_weight = ""
+    if weighted:
+        with open(os.path.join(DATA_DIR, "labels.txt"), encoding="utf-8") as handle:
+            names = [line.strip() for line in handle if line.strip()]
+        class_weight = os.path.join(testing_utils.temp_dir("weights"), "weights.txt")
+        with open(class_weight, "w", encoding="utf-8") as handle:
+            handle.writelines(f"{name} 2\n" for name in names)
+    train_dir = testing_utils.temp_dir("first_step")
+    _, lines = tiny_run(train_dir, max_steps=1, seed=5, class_weight=class_weight,
+                        initial_learning_rate=BASE_RATE, learning_rate_scaling=scaling,
+                        learning_rate_schedule="constant")
+    return train_dir, lines
+
+
 class EpochsTest(unittest.TestCase):
 
     def test_one_epoch_is_the_updates_that_cover_the_training_split(self):
-        for accumulate, batch in ((1, 4), (2, 4), (1, 10)):
+        # (1, 4), plain batches of 4: test_a_resumed_run_ends_where_the_epochs_say checks it.
+        for accumulate, batch in ((2, 4), (1, 10)):
             with self.subTest(accumulate=accumulate, batch=batch):
-                result, lines = tiny_run(testing_utils.temp_dir("one_epoch"), num_epochs=1.0,
-                                         accumulate_steps=accumulate, batch_size=batch)
+                result, lines, _ = epoch_run(accumulate, batch)
                 expected = math.ceil(TRAIN_EXAMPLES / (batch * accumulate))
                 self.assertEqual(result.step, expected)
                 self.assertIn(f"1 epochs = {expected} steps ({TRAIN_EXAMPLES} training "
@@ -78,22 +110,28 @@ class EpochsTest(unittest.TestCase):
         train_dir = testing_utils.temp_dir("epochs_resume")
         first, _ = tiny_run(train_dir, num_epochs=0.5)  # 12 examples: 3 updates of 4
         self.assertEqual(first.step, 3)
-        resumed, _ = tiny_run(train_dir, num_epochs=1.0)
+        resumed, lines = tiny_run(train_dir, num_epochs=1.0)
         self.assertEqual(resumed.step, 6)
+        # One epoch at batch 4 without accumulation is 6 steps: a resume does not change that.
+        self.assertIn(f"1 epochs = 6 steps ({TRAIN_EXAMPLES} training examples, 4 per update)",
+                      lines)
 
 
 class LearningRateScalingTest(unittest.TestCase):
 
     def test_the_rate_is_the_rule_for_the_examples_of_an_update(self):
-        base = 0.004
-        for scaling, batch, accumulate in (("linear", 8, 2), ("sqrt", 8, 2), ("none", 8, 1),
+        base = BASE_RATE
+        for scaling, batch, accumulate in (("linear", 8, 2), ("sqrt", 8, 2), ("none", 4, 1),
                                            ("linear", 4, 1)):
             with self.subTest(scaling=scaling, batch=batch, accumulate=accumulate):
-                train_dir = testing_utils.temp_dir("lr_scaling")
-                _, lines = tiny_run(train_dir, max_steps=1, batch_size=batch,
-                                    accumulate_steps=accumulate, initial_learning_rate=base,
-                                    learning_rate_scaling=scaling,
-                                    learning_rate_schedule="constant")
+                if batch == 4:  # the class-weight test's two runs (first_step)
+                    train_dir, lines = first_step(scaling, weighted=scaling == "linear")
+                else:
+                    train_dir = testing_utils.temp_dir("lr_scaling")
+                    _, lines = tiny_run(train_dir, max_steps=1, batch_size=batch,
+                                        accumulate_steps=accumulate, initial_learning_rate=base,
+                                        learning_rate_scaling=scaling,
+                                        learning_rate_schedule="constant")
                 ratio = batch * accumulate / recipe.BASE_BATCH_SIZE
                 expected = base * {"linear": ratio, "sqrt": math.sqrt(ratio), "none": 1}[scaling]
                 rate = testing_utils.read_scalars(train_dir)["train/learning_rate"][-1][1]
@@ -124,8 +162,9 @@ class LabelSmoothingTest(unittest.TestCase):
 class ClassWeightTest(unittest.TestCase):
 
     def test_a_balanced_run_logs_its_weights_and_trains(self):
+        # One tower: the weights come from the label counts, not from the towers.
         result, lines = tiny_run(testing_utils.temp_dir("balanced"), max_steps=2,
-                                 class_weight="balanced")
+                                 class_weight="balanced", num_towers=1)
         self.assertEqual(result.step, 2)
         self.assertTrue(any(line.startswith("class weights (balanced over 5 classes of the "
                                             "training split): from ") for line in lines), lines)
@@ -134,21 +173,11 @@ class ClassWeightTest(unittest.TestCase):
         # Every label weighs 2: the first update's cross-entropy (from the same seeded weights
         # on the same batch) is twice the unweighted run's, up to the one float32 rounding by
         # which a threaded forward sum may differ between two runs.
-        with open(os.path.join(DATA_DIR, "labels.txt"), encoding="utf-8") as handle:
-            names = [line.strip() for line in handle if line.strip()]
-        weights_file = os.path.join(testing_utils.temp_dir("weights"), "weights.txt")
-        with open(weights_file, "w", encoding="utf-8") as handle:
-            handle.writelines(f"{name} 2\n" for name in names)
         plain, doubled = (
             testing_utils.read_scalars(train_dir)[tags.tower_loss(0, "cross_entropy")][0][1]
-            for train_dir in (self.first_step("plain"), self.first_step("doubled",
-                                                                        weights_file)))
+            for train_dir, _ in (first_step("none", weighted=False),
+                                 first_step("linear", weighted=True)))
         self.assertAlmostEqual(doubled, 2 * plain, delta=1e-6 * plain)
-
-    def first_step(self, name, class_weight=""):
-        train_dir = testing_utils.temp_dir(name)
-        tiny_run(train_dir, max_steps=1, seed=5, class_weight=class_weight)
-        return train_dir
 
     def test_a_balanced_sampling_run_logs_its_draws_and_reads_by_them(self):
         built = []
@@ -158,8 +187,9 @@ class ClassWeightTest(unittest.TestCase):
             built.append(kwargs["sampling_weights"])
             return original(*args, **kwargs)
         with mock.patch.object(pipeline, "build_train_input", spy):
+            # One tower: the draws come from the label counts, not from the towers.
             result, lines = tiny_run(testing_utils.temp_dir("balanced_sampling"), max_steps=2,
-                                     balanced_sampling=True)
+                                     balanced_sampling=True, num_towers=1)
         self.assertEqual(result.step, 2)
         self.assertTrue(any(line.startswith("balanced sampling over 5 classes of the training "
                                             "split: each record drawn") for line in lines),
@@ -280,12 +310,12 @@ class ProfileStepsTest(unittest.TestCase):
         self.assertEqual(run.settings.loop.profile_steps, (5, 6))
 
     def test_before_the_step_a_resumed_run_starts_from(self):
-        train_dir = testing_utils.temp_dir("profile_resume")
-        tiny_run(train_dir, max_steps=2)
-        with self.assertRaisesRegex(rules.SettingsError, "resumes from step 2"):
-            self.resolve(train_dir, max_steps=5, profile_steps=(2, 3))
-        self.assertEqual(self.resolve(train_dir, max_steps=5, profile_steps=(3, 3))
-                         .settings.loop.profile_steps, (3, 3))
+        # The epoch test's run of 3 updates of 2 x 4 examples (epoch_run), resumed to step 5.
+        _, _, train_dir = epoch_run(2, 4)
+        with self.assertRaisesRegex(rules.SettingsError, "resumes from step 3"):
+            self.resolve(train_dir, max_steps=5, profile_steps=(3, 4), accumulate_steps=2)
+        self.assertEqual(self.resolve(train_dir, max_steps=5, profile_steps=(4, 4),
+                                      accumulate_steps=2).settings.loop.profile_steps, (4, 4))
 
 
 class RulesTest(unittest.TestCase):

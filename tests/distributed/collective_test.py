@@ -52,6 +52,7 @@ TOLERANCE = 2e-6
 # measured 0.1 s on loopback); the rest is the process's own exit.
 LOST_WORKER_BOUND_SECS = 30
 SEEDED = ("--seed=1", "--deterministic")  # runs that repeat themselves bit for bit
+LEAN_SEEDED = SEEDED + local_cluster.NO_VALIDATION
 DATA_DIR = None
 
 
@@ -324,17 +325,19 @@ class CollectiveLoopTest(unittest.TestCase):
                       "tower(s); see its log)", str(chief))
 
 
-def collective_cluster(train_dir, max_steps, extra_flags=()):
-    """Two workers and no parameter server on 127.0.0.1."""
+def collective_cluster(train_dir, max_steps, extra_flags=(), num_towers=2):
+    """Two workers of `num_towers` towers and no parameter server on 127.0.0.1."""
     return local_cluster.LocalCluster(DATA_DIR, train_dir, max_steps, num_ps=0,
-                                      extra_flags=extra_flags)
+                                      extra_flags=extra_flags, num_towers=num_towers)
 
 
 class CollectiveClusterRunTest(unittest.TestCase):
 
     def test_a_signal_then_a_resume_is_the_run_never_stopped(self):
+        """The stopped and resumed cluster train without validation; the run never stopped
+        validates at its end as the demo does by default, which changes no variable."""
         train_dir = testing_utils.temp_dir("collective_train")
-        with collective_cluster(train_dir, max_steps=100_000, extra_flags=SEEDED) as cluster:
+        with collective_cluster(train_dir, max_steps=100_000, extra_flags=LEAN_SEEDED) as cluster:
             codes, outputs = local_cluster.stop_worker_1_by_signal(cluster, RUN_TIMEOUT_SECS)
         self.assertEqual(codes, {"worker0": RESTART_EXIT_CODE, "worker1": RESTART_EXIT_CODE},
                          outputs)
@@ -351,7 +354,7 @@ class CollectiveClusterRunTest(unittest.TestCase):
         names = tf.train.load_checkpoint(saved).get_variable_to_dtype_map()
         self.assertFalse([name for name in names if name.startswith(copies_lib.COPY_PREFIX)])
 
-        with collective_cluster(train_dir, max_steps=step + 2, extra_flags=SEEDED) as cluster:
+        with collective_cluster(train_dir, max_steps=step + 2, extra_flags=LEAN_SEEDED) as cluster:
             codes = cluster.wait_all(list(cluster.processes), RUN_TIMEOUT_SECS)
             outputs = {name: cluster.output(name) for name in cluster.processes}
         self.assertEqual(codes, {"worker0": 0, "worker1": 0}, outputs)
@@ -372,8 +375,10 @@ class CollectiveClusterRunTest(unittest.TestCase):
         local_cluster.assert_same_checkpoints(self, train_dir, straight_dir)
 
     def test_a_killed_worker_stops_the_other_with_one_line(self):
+        """One tower per worker and no validation: what is tested is how the tasks stop."""
         train_dir = testing_utils.temp_dir("collective_killed")
-        with collective_cluster(train_dir, max_steps=100_000) as cluster:
+        with collective_cluster(train_dir, max_steps=100_000,
+                                extra_flags=local_cluster.NO_VALIDATION, num_towers=1) as cluster:
             cluster.wait_for_output("worker0", r": step 2, loss", RUN_TIMEOUT_SECS)
             cluster.kill("worker1")
             killed_at = time.time()

@@ -42,55 +42,87 @@ def setUpModule():
     DATA_DIR = testing_utils.tiny_demo_data(train=24, validation=10)
 
 
-def LocalCluster(train_dir, max_steps, extra_flags=()):  # pylint: disable=invalid-name
-    """The cluster of these tests: one parameter server and two workers."""
+# pylint: disable-next=invalid-name
+def LocalCluster(train_dir, max_steps, extra_flags=(), num_towers=2):
+    """The cluster of these tests: one parameter server and two workers of `num_towers`
+    towers."""
     return local_cluster.LocalCluster(DATA_DIR, train_dir, max_steps, num_ps=1,
-                                      extra_flags=extra_flags)
+                                      extra_flags=extra_flags, num_towers=num_towers)
+
+
+def assert_plain_run(test, codes, outputs, train_dir, last_step):
+    """Checks with `test` a run that trained from scratch to `last_step` and ended: every
+    task exited 0 without an error, each synchronous update took one gradient from each worker,
+    and its checkpoint and summaries are complete."""
+    test.assertEqual(codes, {"ps0": 0, "worker0": 0, "worker1": 0}, outputs)
+    for name, output in outputs.items():
+        test.assertNotIn("Traceback", output, name)
+        test.assertEqual(error_lines(output), [], name)
+    # One gradient from each worker per update: each worker took part in every synchronous
+    # step, and saw the global step advance by one each time.
+    steps = list(range(1, last_step + 1))
+    for worker in ("worker0", "worker1"):
+        test.assertEqual([step for step, _ in step_lines(outputs[worker])], steps,
+                         outputs[worker])
+    test.assertIn("each update averages the gradients of 2 worker(s)", outputs["worker0"])
+    test.assertIn("all 2 worker(s) are done", outputs["ps0"])
+
+    latest = RunDirectory(train_dir).newest()
+    test.assertEqual(latest, os.path.join(train_dir, f"model.ckpt-{last_step}"))
+    reader = tf.train.load_checkpoint(latest)
+    test.assertEqual(int(reader.get_tensor("global_step")), last_step)
+    names = reader.get_variable_to_dtype_map()
+    weights = "InceptionV3/Logits/Conv2d_1c_1x1/weights"
+    for name in (weights, f"{weights}/ExponentialMovingAverage", f"{weights}/RMSProp"):
+        test.assertIn(name, names)
+    for name, dtype in names.items():
+        if dtype.is_floating:
+            test.assertTrue(np.all(np.isfinite(reader.get_tensor(name))), name)
+
+    scalars = testing_utils.read_scalars(train_dir)
+    test.assertEqual([step for step, _ in scalars["loss/mean_loss"]], steps)
+    for step, mean_loss in scalars["loss/mean_loss"]:
+        towers = [dict(scalars[f"loss/tower_{i}/total_loss"])[step] for i in range(2)]
+        # Summaries store float32 (7 digits) of losses near 1.5: 4 places is their rounding.
+        test.assertAlmostEqual(mean_loss, sum(towers) / 2, places=4)
+    with open(os.path.join(train_dir, SETTINGS_FILE), encoding="utf-8") as f:
+        test.assertEqual(json.load(f)["image_size"], 107)
 
 
 class ClusterRunTest(unittest.TestCase):
 
-    def test_three_synchronous_updates_then_everyone_exits(self):
-        train_dir = testing_utils.temp_dir("cluster_train")
-        with LocalCluster(train_dir, max_steps=3) as cluster:
+    def test_a_signal_stops_every_task_and_the_resumed_run_is_a_plain_run_never_stopped(self):
+        """Three clusters: one stopped by a SIGTERM to a worker, the same resumed for two more
+        steps, and a plain run of as many steps from scratch, with the demo's default
+        validation and two towers per worker, which assert_plain_run checks as a run from
+        start to end (the tests' one such run of a parameter-server cluster)."""
+        train_dir = testing_utils.temp_dir("cluster_signal")
+        stopped_flags = SEEDED + local_cluster.NO_VALIDATION
+        with LocalCluster(train_dir, max_steps=100_000, extra_flags=stopped_flags) as cluster:
+            codes, outputs = local_cluster.stop_worker_1_by_signal(cluster,
+                                                                   LOST_WORKER_BOUND_SECS)
+        # A preemption: every task exits with the restart code, the parameter server too.
+        self.assertEqual(codes, {"ps0": RESTART_EXIT_CODE, "worker0": RESTART_EXIT_CODE,
+                                 "worker1": RESTART_EXIT_CODE}, outputs)
+        self.assertIn("stopped by SIGTERM", outputs["worker1"])
+        step, _ = local_cluster.chief_saved_after_peer_stop(self, outputs["worker0"], train_dir)
+        self.assertEqual(step_lines(outputs["worker1"])[-1][0], step)
+
+        with LocalCluster(train_dir, max_steps=step + 2, extra_flags=stopped_flags) as cluster:
+            codes = cluster.wait_all(list(cluster.processes), RUN_TIMEOUT_SECS)
+        self.assertEqual(codes, {"ps0": 0, "worker0": 0, "worker1": 0})
+        straight_dir = testing_utils.temp_dir("cluster_straight")
+        with LocalCluster(straight_dir, max_steps=step + 2, extra_flags=SEEDED) as cluster:
             codes = cluster.wait_all(list(cluster.processes), RUN_TIMEOUT_SECS)
             outputs = {name: cluster.output(name) for name in cluster.processes}
-        self.assertEqual(codes, {"ps0": 0, "worker0": 0, "worker1": 0}, outputs)
-        for name, output in outputs.items():
-            self.assertNotIn("Traceback", output, name)
-            self.assertEqual(error_lines(output), [], name)
-        # One gradient from each worker per update: each worker took part in exactly the
-        # three synchronous steps, and saw the global step advance by one each time.
-        for worker in ("worker0", "worker1"):
-            self.assertEqual([step for step, _ in step_lines(outputs[worker])], [1, 2, 3],
-                             outputs[worker])
-        self.assertIn("each update averages the gradients of 2 worker(s)", outputs["worker0"])
-        self.assertIn("all 2 worker(s) are done", outputs["ps0"])
-
-        latest = RunDirectory(train_dir).newest()
-        self.assertEqual(latest, os.path.join(train_dir, "model.ckpt-3"))
-        reader = tf.train.load_checkpoint(latest)
-        self.assertEqual(int(reader.get_tensor("global_step")), 3)
-        names = reader.get_variable_to_dtype_map()
-        weights = "InceptionV3/Logits/Conv2d_1c_1x1/weights"
-        for name in (weights, f"{weights}/ExponentialMovingAverage", f"{weights}/RMSProp"):
-            self.assertIn(name, names)
-        for name, dtype in names.items():
-            if dtype.is_floating:
-                self.assertTrue(np.all(np.isfinite(reader.get_tensor(name))), name)
-
-        scalars = testing_utils.read_scalars(train_dir)
-        self.assertEqual([step for step, _ in scalars["loss/mean_loss"]], [1, 2, 3])
-        for step, mean_loss in scalars["loss/mean_loss"]:
-            towers = [dict(scalars[f"loss/tower_{i}/total_loss"])[step] for i in range(2)]
-            # Summaries store float32 (7 digits) of losses near 1.5: 4 places is their rounding.
-            self.assertAlmostEqual(mean_loss, sum(towers) / 2, places=4)
-        with open(os.path.join(train_dir, SETTINGS_FILE), encoding="utf-8") as f:
-            self.assertEqual(json.load(f)["image_size"], 107)
+        assert_plain_run(self, codes, outputs, straight_dir, step + 2)
+        local_cluster.assert_same_checkpoints(self, train_dir, straight_dir)
 
     def test_a_killed_worker_stops_the_others_with_one_line_errors(self):
+        """One tower per worker and no validation: what is tested is how the tasks stop."""
         train_dir = testing_utils.temp_dir("cluster_killed")
-        with LocalCluster(train_dir, max_steps=100_000) as cluster:
+        with LocalCluster(train_dir, max_steps=100_000, extra_flags=local_cluster.NO_VALIDATION,
+                          num_towers=1) as cluster:
             cluster.wait_for_output("worker1", r": step 2, loss", RUN_TIMEOUT_SECS)
             cluster.kill("worker1")
             killed_at = time.time()
@@ -109,34 +141,12 @@ class ClusterRunTest(unittest.TestCase):
                          f"worker 0 after step \\d+: lost contact with the cluster .*"
                          f"not answering now: .*worker 1 at {worker1}.*Stop every task")
 
-    def test_a_signal_stops_every_task_and_the_resumed_run_is_the_run_never_stopped(self):
-        train_dir = testing_utils.temp_dir("cluster_signal")
-        with LocalCluster(train_dir, max_steps=100_000, extra_flags=SEEDED) as cluster:
-            codes, outputs = local_cluster.stop_worker_1_by_signal(cluster,
-                                                                   LOST_WORKER_BOUND_SECS)
-        # A preemption: every task exits with the restart code, the parameter server too.
-        self.assertEqual(codes, {"ps0": RESTART_EXIT_CODE, "worker0": RESTART_EXIT_CODE,
-                                 "worker1": RESTART_EXIT_CODE}, outputs)
-        self.assertIn("stopped by SIGTERM", outputs["worker1"])
-        step, _ = local_cluster.chief_saved_after_peer_stop(self, outputs["worker0"], train_dir)
-        self.assertEqual(step_lines(outputs["worker1"])[-1][0], step)
-
-        with LocalCluster(train_dir, max_steps=step + 2, extra_flags=SEEDED) as cluster:
-            codes = cluster.wait_all(list(cluster.processes), RUN_TIMEOUT_SECS)
-        self.assertEqual(codes, {"ps0": 0, "worker0": 0, "worker1": 0})
-        straight_dir = testing_utils.temp_dir("cluster_straight")
-        with LocalCluster(straight_dir, max_steps=step + 2, extra_flags=SEEDED) as cluster:
-            codes = cluster.wait_all(list(cluster.processes), RUN_TIMEOUT_SECS)
-        self.assertEqual(codes, {"ps0": 0, "worker0": 0, "worker1": 0})
-        local_cluster.assert_same_checkpoints(self, train_dir, straight_dir)
-
-
     def test_the_chiefs_early_stopping_ends_every_task_with_status_0(self):
+        """One tower per worker: what is tested is how the tasks stop."""
         train_dir = testing_utils.temp_dir("cluster_early")
         # A validation every step, and the first one without improvement stops the run.
         early = ("--eval_every_n_steps=1", "--stop_after_evals_without_improvement=1")
-        with local_cluster.LocalCluster(DATA_DIR, train_dir, 100_000, num_ps=1,
-                                        extra_flags=early) as cluster:
+        with LocalCluster(train_dir, 100_000, extra_flags=early, num_towers=1) as cluster:
             codes = cluster.wait_all(list(cluster.processes), RUN_TIMEOUT_SECS)
             outputs = {name: cluster.output(name) for name in cluster.processes}
         self.assertEqual(codes, {"ps0": 0, "worker0": 0, "worker1": 0}, outputs)

@@ -26,16 +26,18 @@ RUN_TIMEOUT_SECS = 480
 # What every task exits with when a task was preempted or lost (the flag's default).
 RESTART_EXIT_CODE = cluster_lib.DEFAULT_RESTART_EXIT_CODE
 TINY = ("--dataset=demo", "--image_size=107", "--depth_multiplier=0.1", "--batch_size=4",
-        "--num_gpus=2", "--log_every_n_steps=1", "--save_summaries_steps=1",
-        "--save_checkpoint_steps=100")
+        "--log_every_n_steps=1", "--save_summaries_steps=1", "--save_checkpoint_steps=100")
+# For runs that do not test validation: the demo's default validates every 350 steps and at
+# the end, and the chief builds its evaluation graph (another Inception) before its first step.
+NO_VALIDATION = ("--eval_every_n_steps=0",)
 
 
 class LocalCluster:
     """`num_ps` parameter servers (0 or 1) and two worker tasks of `python -m inception.train`
-    training on `data_dir` into `train_dir`, each in its own process group with its output in
-    a file; `stop()` kills whatever still runs."""
+    training on `data_dir` into `train_dir` with `num_towers` towers each, each task in its
+    own process group with its output in a file; `stop()` kills whatever still runs."""
 
-    def __init__(self, data_dir, train_dir, max_steps, num_ps=1, extra_flags=()):
+    def __init__(self, data_dir, train_dir, max_steps, num_ps=1, extra_flags=(), num_towers=2):
         ports = free_ports(num_ps + 2)
         self.addresses = {f"ps{task}": f"127.0.0.1:{port}"
                           for task, port in enumerate(ports[:num_ps])}
@@ -48,7 +50,8 @@ class LocalCluster:
         if num_ps:
             cluster += (f"--ps_hosts={self.addresses['ps0']}",)
         training_flags = (f"--train_dir={train_dir}", f"--data_dir={data_dir}",
-                          f"--max_steps={max_steps}") + TINY + tuple(extra_flags)
+                          f"--max_steps={max_steps}", f"--num_gpus={num_towers}",
+                          *TINY, *extra_flags)
         self.commands = {f"ps{task}": ("--job_name=ps", f"--task_id={task}") + cluster
                          for task in range(num_ps)}
         for task in range(2):

@@ -15,13 +15,11 @@ from tf_slim.ops import arg_scope
 from data import demo_data
 from inception.config import recipe
 from inception.config import settings as settings_lib
-from inception.inputs import datasets
 from inception.inputs import pipeline
 from inception.model import network
 from inception.parallel import gradients as gradients_lib
 from inception.parallel import step_graph
 from inception.parallel import towers
-from inception.validation import scoring
 
 tf1 = tf.compat.v1
 
@@ -214,19 +212,24 @@ class StepResult:
     loss_scale: float = None
 
 
-def tiny_inception_step(devices, config, batch=16, compute_dtype=None, loss_scale=None,
-                        variable_device="/cpu:0", stage_inputs=False, checkpoint=None,
-                        settings=TINY_INCEPTION, images=None, steps=1, all_reduce=None):
-    """`steps` training steps of a tiny Inception v3 (towers on `devices`, batch norm, moving
-    averages; no dropout) on a fixed random batch, from the weights of `checkpoint` (a path) or
-    seeded initial ones; replicated variables with `all_reduce` (an all_reduce.AllReduceSpec);
-    returns the StepResult of the last step."""
+def tiny_inception_step(devices, config, steps=1, **options):
+    """The StepResult of step `steps` of tiny_inception_steps(devices, config, ..., **options)."""
+    return tiny_inception_steps(devices, config, (steps,), **options)[0]
+
+
+def tiny_inception_steps(devices, config, at_steps, batch=16, compute_dtype=None,
+                         loss_scale=None, variable_device="/cpu:0", stage_inputs=False,
+                         checkpoint=None, settings=TINY_INCEPTION, images=None, all_reduce=None):
+    """Training steps of a tiny Inception v3 (towers on `devices`, batch norm, moving averages;
+    no dropout) on a fixed random batch, from the weights of `checkpoint` (a path) or seeded
+    initial ones; replicated variables with `all_reduce` (an all_reduce.AllReduceSpec), up to
+    the last of `at_steps` in one session; returns the StepResults of steps `at_steps`
+    (1-based, increasing)."""
     with tf.Graph().as_default() as graph:
         tf1.set_random_seed(3)
-        optimization_settings = optimization(initial_learning_rate=0.01)
         generated, labels = random_batch(batch, size=settings.image_size)
-        images = generated if images is None else images
-        dataset = tf.data.Dataset.from_tensors((images, labels)).repeat()
+        dataset = tf.data.Dataset.from_tensors(
+            (generated if images is None else images, labels)).repeat()
         iterator = tf1.data.make_initializable_iterator(dataset)
         image_batch, label_batch = iterator.get_next()
         input_batch = pipeline.InputBatch(
@@ -236,13 +239,10 @@ def tiny_inception_step(devices, config, batch=16, compute_dtype=None, loss_scal
             built = step_graph.build_train_graph(
                 input_batch, functools.partial(network.make_model_fn, settings,
                                                compute_dtype=compute_dtype),
-                optimization_settings, devices, 64, initial_loss_scale=loss_scale,
-                variable_device=variable_device, stage_inputs=stage_inputs,
-                all_reduce=all_reduce)
-        stage = built.stages[0]
-        variables = tf1.trainable_variables()
-        scale = [v for v in tf1.global_variables() if v.op.name == "loss_scale/scale"]
-        restorer = tf1.train.Saver(variables) if checkpoint else None
+                optimization(initial_learning_rate=0.01), devices, 64,
+                initial_loss_scale=loss_scale, variable_device=variable_device,
+                stage_inputs=stage_inputs, all_reduce=all_reduce)
+        restorer = tf1.train.Saver(tf1.trainable_variables()) if checkpoint else None
         with tf1.Session(config=config) as session:
             session.run([tf1.global_variables_initializer(), built.input_initializer])
             if restorer:
@@ -251,29 +251,38 @@ def tiny_inception_step(devices, config, batch=16, compute_dtype=None, loss_scal
                 session.run(built.copy_to_replicas)
             if built.input_fill is not None:
                 session.run(built.input_fill)
-            before = session.run(variables)
-            for _ in range(steps - 1):
-                session.run(stage.train_op)
-                before = session.run(variables)
-            metadata = tf1.RunMetadata()
-            _, losses = session.run(
-                [stage.train_op, stage.tower_losses],
-                options=tf1.RunOptions(trace_level=tf1.RunOptions.FULL_TRACE,
-                                       output_partition_graphs=True),
-                run_metadata=metadata)
-            updates = {v.op.name: after - old
-                       for v, old, after in zip(variables, before, session.run(variables))}
-            scale_value = float(session.run(scale[0])) if scale else None
-    conv_formats, ran_on = _what_ran(metadata)
-    return StepResult(
-        ran=set().union(*ran_on.values()), ran_on=ran_on, losses=losses, updates=updates,
-        variable_dtypes={v.dtype.base_dtype for v in graph.get_collection("variables")
-                         if v.dtype.is_floating},
-        op_dtypes={op.type: op.get_attr("T") for op in graph.get_operations()
-                   if op.type in ("Conv2D", "Conv2DBackpropFilter", "FusedBatchNormV3")},
-        variable_devices={v.op.name: v.device for v in graph.get_collection("variables")
-                          if v.dtype.is_floating},
-        conv_formats=conv_formats, loss_scale=scale_value)
+            return _recorded_steps(session, graph, built.stages[0], at_steps)
+
+
+def _recorded_steps(session, graph, stage, at_steps):
+    """Runs `stage` up to step max(at_steps), tracing the steps `at_steps`; their StepResults."""
+    variables = tf1.trainable_variables()
+    scale = [v for v in tf1.global_variables() if v.op.name == "loss_scale/scale"]
+    results = []
+    for step in range(1, max(at_steps) + 1):
+        if step not in at_steps:
+            session.run(stage.train_op)
+            continue
+        before, metadata = session.run(variables), tf1.RunMetadata()
+        _, losses = session.run(
+            [stage.train_op, stage.tower_losses],
+            options=tf1.RunOptions(trace_level=tf1.RunOptions.FULL_TRACE,
+                                   output_partition_graphs=True),
+            run_metadata=metadata)
+        conv_formats, ran_on = _what_ran(metadata)
+        results.append(StepResult(
+            ran=set().union(*ran_on.values()), ran_on=ran_on, losses=losses,
+            updates={v.op.name: after - old
+                     for v, old, after in zip(variables, before, session.run(variables))},
+            variable_dtypes={v.dtype.base_dtype for v in graph.get_collection("variables")
+                             if v.dtype.is_floating},
+            op_dtypes={op.type: op.get_attr("T") for op in graph.get_operations()
+                       if op.type in ("Conv2D", "Conv2DBackpropFilter", "FusedBatchNormV3")},
+            variable_devices={v.op.name: v.device for v in graph.get_collection("variables")
+                              if v.dtype.is_floating},
+            conv_formats=conv_formats,
+            loss_scale=float(session.run(scale[0])) if scale else None))
+    return results
 
 
 def _what_ran(metadata):
@@ -342,59 +351,3 @@ def train_small_model(train_dir, max_steps, save_checkpoint_steps=2, log=None, a
     return session_loop.run_training(
         functools.partial(build_small_train_graph, all_reduce=all_reduce),
         cpu_session_config(2), settings, log=log or (lambda line: None))
-
-
-TINY_EVAL = settings_lib.ModelSettings(num_classes=len(demo_data.CLASS_NAMES) + 1, image_size=16,
-                                       depth_multiplier=1.0, dataset="demo")
-
-
-def mean_feature_logits(images, settings):
-    """A tiny model with known logits: logits[c] = mean(image) * w[c] + b[c]."""
-    w = tf1.get_variable("tiny/w", [settings.num_classes])
-    b = tf1.get_variable("tiny/b", [settings.num_classes])
-    feature = tf.reduce_mean(images, axis=[1, 2, 3])
-    return feature[:, tf.newaxis] * w + b
-
-
-def write_tiny_checkpoint(directory, raw, averaged, step):
-    """A checkpoint with raw values and different moving averages of tiny/w and tiny/b."""
-    with tf.Graph().as_default():
-        variables = {name: tf1.get_variable(f"tiny/{name}", initializer=raw[name])
-                     for name in ("w", "b")}
-        shadows = {f"tiny/{name}/ExponentialMovingAverage": tf1.get_variable(
-            f"shadow_{name}", initializer=averaged[name]) for name in ("w", "b")}
-        global_step = tf1.train.get_or_create_global_step()
-        saver = tf1.train.Saver({**{v.op.name: v for v in variables.values()}, **shadows,
-                                 "global_step": global_step})
-        with tf1.Session() as session:
-            session.run(tf1.global_variables_initializer())
-            session.run(global_step.assign(step))
-            return saver.save(session, os.path.join(directory, "model.ckpt"), global_step=step,
-                              write_meta_graph=False)
-
-
-def tiny_eval_graph(data_dir, batch_size, max_examples=0):
-    """scoring.build_eval_graph of mean_feature_logits (TINY_EVAL) over the validation shards
-    of the demo data in `data_dir`."""
-    shards = datasets.resolve_dataset("demo", data_dir).shards("validation")
-    return scoring.build_eval_graph(shards, TINY_EVAL, batch_size=batch_size,
-                                    max_examples=max_examples, logits_fn=mean_feature_logits)
-
-
-def uniform_checkpoint_and_graph(data_dir, name, step, max_examples=0):
-    """A tiny checkpoint (w = 1, b = 0) in a new directory and the evaluation graph of the tiny
-    model over the validation shards of the demo data in `data_dir`, batches of 4."""
-    values = {"w": np.ones(TINY_EVAL.num_classes, np.float32),
-              "b": np.zeros(TINY_EVAL.num_classes, np.float32)}
-    path = write_tiny_checkpoint(temp_dir(name), values, values, step=step)
-    return path, tiny_eval_graph(data_dir, batch_size=4, max_examples=max_examples)
-
-
-def validation_bytes(shards):
-    """The encoded images of the shards, in the order the eval pipeline reads them (one record
-    of each shard in turn)."""
-    records = tf.data.Dataset.from_tensor_slices(shards).interleave(
-        tf.data.TFRecordDataset, cycle_length=len(shards))
-    dataset = records.map(lambda record: tf.io.parse_single_example(
-        record, {"image/encoded": tf.io.FixedLenFeature([], tf.string)})["image/encoded"])
-    return [value.numpy() for value in dataset]

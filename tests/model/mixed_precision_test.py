@@ -62,9 +62,9 @@ class LowPrecisionTowers(unittest.TestCase):
     @classmethod
     def train(cls, compute_dtype, loss_scale=None):
         """(first step, last step) of STEPS steps on one fixed batch from the same weights."""
-        return [testing_utils.tiny_inception_step(DEVICES, config(), compute_dtype=compute_dtype,
-                                                  loss_scale=loss_scale, checkpoint=cls.weights,
-                                                  steps=steps) for steps in (1, STEPS)]
+        return testing_utils.tiny_inception_steps(DEVICES, config(), (1, STEPS),
+                                                  compute_dtype=compute_dtype,
+                                                  loss_scale=loss_scale, checkpoint=cls.weights)
 
     def check_graph_and_learning(self, low, dtype, pace=0.25):
         """The graph computes in `dtype` over float32 variables and learns the batch; with

@@ -14,6 +14,7 @@ from inception.run import best as best_lib
 from inception.run.directory import RunDirectory
 from inception.run.directory import SETTINGS_FILE
 from tests import testing_utils
+from tests import tiny_eval
 
 OLD_STEP, NEW_STEP = 10, 20
 # Every file-system change keep() makes goes through one of these.
@@ -30,7 +31,7 @@ def run_with_old_best():
     train_dir = testing_utils.temp_dir("best")
     files.write_text_atomically(os.path.join(train_dir, SETTINGS_FILE), "{}\n")
     values = {"w": [1.0, 2.0], "b": [0.5]}
-    paths = {step: testing_utils.write_tiny_checkpoint(train_dir, values, values, step)
+    paths = {step: tiny_eval.write_tiny_checkpoint(train_dir, values, values, step)
              for step in (OLD_STEP, NEW_STEP)}
     best_lib.BestCheckpoint(train_dir).keep(paths[OLD_STEP], "precision_at_1", 0.5)
     return train_dir, paths

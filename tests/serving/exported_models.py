@@ -9,6 +9,7 @@ from inception.config import settings as settings_lib
 from inception.driver import launch
 from inception.serving import saved_model
 from tests import testing_utils
+from tests import tiny_eval
 
 SIZE = 75
 STEPS = 30  # enough for logits of a sane size: an int8 model of a 3-step one is noise
@@ -39,7 +40,7 @@ def trained_export(name, validation_images):
         formats=("saved_model",) + MODEL_FORMATS, calibration_count=20)
     shards = sorted(os.path.join(data_dir, entry) for entry in os.listdir(data_dir)
                     if entry.startswith("validation-"))
-    return version_dir, testing_utils.validation_bytes(shards)
+    return version_dir, tiny_eval.validation_bytes(shards)
 
 
 def run_module(module, *arguments, without_tensorflow=False, timeout=300):

@@ -28,6 +28,7 @@ from inception.serving import tf_models
 from inception.serving import saved_model
 from inception.validation import scoring
 from tests import testing_utils
+from tests import tiny_eval
 
 tf1 = tf.compat.v1
 VALIDATION_IMAGES = 12
@@ -89,7 +90,7 @@ class TrainedRun:
                                                            log=lambda line: None)
         self.serve = tf.saved_model.load(self.version_dir).signatures
         self.shards = sorted(tf.io.gfile.glob(os.path.join(self.data_dir, "validation-*")))
-        self.images_bytes = testing_utils.validation_bytes(self.shards)
+        self.images_bytes = tiny_eval.validation_bytes(self.shards)
 
     def stored_model(self):
         """The model settings stored with the training run."""

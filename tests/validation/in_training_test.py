@@ -23,6 +23,7 @@ from inception.validation import in_training
 from inception.validation import job
 from inception.validation import scoring
 from tests import testing_utils
+from tests import tiny_eval
 
 TINY = dict(image_size=107, depth_multiplier=0.1, batch_size=4, num_towers=2, seed=3,
             log_every_n_steps=1, save_summaries_steps=1, save_checkpoint_steps=100,
@@ -183,7 +184,7 @@ class BestAndEarlyStoppingTest(unittest.TestCase):
 
     def checkpoint(self, step):
         values = {"w": np.full(3, step, np.float32), "b": np.zeros(3, np.float32)}
-        return testing_utils.write_tiny_checkpoint(self.train_dir, values, values, step)
+        return tiny_eval.write_tiny_checkpoint(self.train_dir, values, values, step)
 
     def run_scores(self, validation, scores):
         stops = []
@@ -262,8 +263,8 @@ class KeepingFailsTest(unittest.TestCase):
         with open(os.path.join(train_dir, SETTINGS_FILE), "w", encoding="utf-8") as handle:
             handle.write("{}\n")
         values = {"w": [1.0], "b": [0.5]}
-        first = testing_utils.write_tiny_checkpoint(train_dir, values, values, 2)
-        second = testing_utils.write_tiny_checkpoint(train_dir, values, values, 4)
+        first = tiny_eval.write_tiny_checkpoint(train_dir, values, values, 2)
+        second = tiny_eval.write_tiny_checkpoint(train_dir, values, values, 4)
         lines = []
         validation = self.validation_over(train_dir, lines)
         validation._keep_if_best(first, mock.Mock(precision_at_1=0.5))  # pylint: disable=protected-access

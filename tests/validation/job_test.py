@@ -20,6 +20,7 @@ from inception.run.directory import RunDirectory
 from inception.validation import job
 from inception.validation import scoring
 from tests import testing_utils
+from tests import tiny_eval
 
 tf1 = tf.compat.v1
 DATA_DIR = None
@@ -33,7 +34,7 @@ def setUpModule():
 def stored_settings(data_dir):
     """The stored part of a training run's settings: a tiny model on the demo data."""
     return settings_lib.TrainSettings(
-        model=settings_lib.ModelSettings(testing_utils.TINY_EVAL.num_classes, 107, 0.1, "demo"),
+        model=settings_lib.ModelSettings(tiny_eval.TINY_EVAL.num_classes, 107, 0.1, "demo"),
         data=settings_lib.DataSettings(data_dir=data_dir))
 
 
@@ -132,7 +133,7 @@ class WatchTest(unittest.TestCase):
                 timeout_secs=0.05), Stop(), lambda line: None)
 
     def test_a_checkpoint_deleted_while_it_is_read_is_named_so(self):
-        path, graph = testing_utils.uniform_checkpoint_and_graph(DATA_DIR,
+        path, graph = tiny_eval.uniform_checkpoint_and_graph(DATA_DIR,
                                                                  "deleted_while_read", step=5)
         directory = os.path.dirname(path)
         for name in os.listdir(directory):  # training's --keep_checkpoints deleted it

@@ -14,9 +14,10 @@ from inception.inputs import pipeline
 from inception.run import checkpoint_io
 from inception.validation import scoring
 from tests import testing_utils
+from tests import tiny_eval
 
 tf1 = tf.compat.v1
-NUM_CLASSES = testing_utils.TINY_EVAL.num_classes
+NUM_CLASSES = tiny_eval.TINY_EVAL.num_classes
 DATA_DIR = None
 
 
@@ -28,7 +29,7 @@ def setUpModule():
 def eval_features_and_labels(shards):
     """Image means and labels of the evaluation pipeline (one pass)."""
     with tf.Graph().as_default():
-        batch = pipeline.build_eval_input(shards, 100, testing_utils.TINY_EVAL.image_size,
+        batch = pipeline.build_eval_input(shards, 100, tiny_eval.TINY_EVAL.image_size,
                                           NUM_CLASSES)
         with tf1.Session() as session:
             session.run([tf1.local_variables_initializer(), batch.initializer])
@@ -56,9 +57,9 @@ class MetricsTest(unittest.TestCase):
                "b": rng.normal(size=NUM_CLASSES).astype(np.float32)}
         averaged = {"w": rng.normal(scale=4.0, size=NUM_CLASSES).astype(np.float32),
                     "b": rng.normal(size=NUM_CLASSES).astype(np.float32)}
-        path = testing_utils.write_tiny_checkpoint(directory, raw, averaged, step=42)
+        path = tiny_eval.write_tiny_checkpoint(directory, raw, averaged, step=42)
         shards = datasets.resolve_dataset("demo", DATA_DIR).shards("validation")
-        graph = testing_utils.tiny_eval_graph(DATA_DIR, batch_size=3)
+        graph = tiny_eval.tiny_eval_graph(DATA_DIR, batch_size=3)
         result = scoring.evaluate_checkpoint(graph, path, show_progress=False)
 
         features, labels = eval_features_and_labels(shards)
@@ -76,7 +77,7 @@ class MetricsTest(unittest.TestCase):
         self.assertNotAlmostEqual(hand_scores(raw_logits, labels)[2], result.loss, places=3)
 
     def test_num_examples_limits_the_count(self):
-        path, graph = testing_utils.uniform_checkpoint_and_graph(DATA_DIR, "limit", step=1,
+        path, graph = tiny_eval.uniform_checkpoint_and_graph(DATA_DIR, "limit", step=1,
                                                                  max_examples=5)
         result = scoring.evaluate_checkpoint(graph, path, show_progress=False)
         self.assertEqual(result.num_examples, 5)

@@ -31,6 +31,8 @@ def measure(configuration, batch, micro_batches, image_size, depth_multiplier, s
     from inception.config import settings  # pylint: disable=import-outside-toplevel
     from inception.inputs import pipeline  # pylint: disable=import-outside-toplevel
     from inception.model import network  # pylint: disable=import-outside-toplevel
+    from inception.parallel import micro_batches as micro  # pylint: disable=import-outside-toplevel
+    from inception.parallel import sharing  # pylint: disable=import-outside-toplevel
     from inception.parallel import step_graph  # pylint: disable=import-outside-toplevel
 
     tf1 = tf.compat.v1
@@ -38,7 +40,7 @@ def measure(configuration, batch, micro_batches, image_size, depth_multiplier, s
     accumulate = 1 if configuration in ("one_batch", "one_large_batch") else micro_batches
     rows = batch * (micro_batches if configuration == "one_large_batch" else 1) * accumulate
     if configuration == "micro_batches_unordered":
-        step_graph.one_micro_batch_at_a_time = lambda *args: None
+        micro.one_micro_batch_at_a_time = lambda *args: None
     model = settings.ModelSettings(num_classes=11, image_size=image_size,
                                    depth_multiplier=depth_multiplier, dataset="synthetic")
     optimization = settings.with_defaults(
@@ -48,7 +50,8 @@ def measure(configuration, batch, micro_batches, image_size, depth_multiplier, s
     labels = tf.random.uniform([rows], 0, 11, tf.int32, seed=2)
     built = step_graph.build_train_graph(
         pipeline.InputBatch(images, labels, tf.constant(0, tf.int64), tf.no_op()),
-        lambda decay: network.make_model_fn(model, decay), optimization, ["/cpu:0"], 10_000)
+        lambda decay: network.make_model_fn(model, decay), optimization,
+        sharing.OneDevice(["/cpu:0"]), 10_000)
     with tf1.Session() as session:
         session.run(tf1.global_variables_initializer())
         for _ in range(steps):

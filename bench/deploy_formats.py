@@ -26,6 +26,7 @@ import tensorflow as tf
 
 from bench import report as bench_report
 from common import machine
+from inception.config import commands
 from inception.inputs import datasets
 from inception.run.directory import RunDirectory
 from inception.serving import model_files
@@ -82,7 +83,8 @@ def measure_run(train_dir):
     """The report of one training directory: its model, export and every format's figures."""
     stored = RunDirectory(train_dir).require_settings()
     export_dir = tempfile.mkdtemp(prefix="deploy_formats_")
-    version_dir = saved_model.export_training_run(train_dir, export_dir, formats=FORMATS)
+    version_dir = saved_model.export_training_run(commands.ExportSettings(
+        train_dir, export_dir=export_dir, formats=",".join(FORMATS)))
     images_bytes, labels = validation_examples(datasets.labels_dir(stored.data_dir))
     return {"train_dir": train_dir, "data_dir": stored.data_dir,
             "checkpoint_step": int(os.path.basename(version_dir)),

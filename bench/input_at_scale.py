@@ -102,8 +102,9 @@ def input_rate(shards, threads=0, address=None):
     source = None if address is None else service.ServiceInput(
         address, f"bench-{uuid.uuid4().hex[:8]}")
     with tf.Graph().as_default():
-        batch = pipeline.build_train_input(shards, BATCH, IMAGE_SIZE, NUM_CLASSES, seed=1,
-                                           threads=threads, service=source)
+        batch = pipeline.build_train_input(
+            pipeline.TrainStream(shards, BATCH, IMAGE_SIZE, NUM_CLASSES, seed=1,
+                                 threads=threads), service=source)
         with tf1.Session() as session:
             session.run([tf1.local_variables_initializer(), batch.initializer])
             for _ in range(WARMUP_BATCHES):

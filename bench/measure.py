@@ -105,6 +105,7 @@ def ours(settings):
     from inception.config import settings as settings_lib  # pylint: disable=import-outside-toplevel
     from inception.inputs import datasets  # pylint: disable=import-outside-toplevel
     from inception.model import network  # pylint: disable=import-outside-toplevel
+    from inception.parallel import sharing  # pylint: disable=import-outside-toplevel
     from inception.parallel import step_graph  # pylint: disable=import-outside-toplevel
     batch, size = settings["batch_size"], settings["image_size"]
     placement = _placement(settings)
@@ -118,12 +119,12 @@ def ours(settings):
         input_batch = synthetic_input(batch, size)
         built = step_graph.build_train_graph(
             input_batch,
-            lambda decay: network.make_model_fn(model_settings, decay, placement.compute_dtype),
-            imagenet, placement.tower_devices,
+            lambda decay: network.make_model_fn(
+                model_settings, decay, network.TowerOptions(placement.compute_dtype)),
+            imagenet, sharing.on_one_machine(placement),
             datasets.KNOWN_DATASETS["imagenet"].examples["train"],
-            initial_loss_scale=placement.initial_loss_scale,
-            variable_device=placement.variable_device, stage_inputs=stage_inputs,
-            all_reduce=placement.all_reduce)
+            step_graph.StepOptions(initial_loss_scale=placement.initial_loss_scale,
+                                   stage_inputs=stage_inputs))
         train_op = built.stages[0].train_op
         flops_per_image = count_flops(graph) / batch
         init = (tf1.global_variables_initializer(), tf1.local_variables_initializer(),
@@ -258,9 +259,9 @@ def pipeline(settings):
     shards = jpeg_shards(settings.get("pipeline_images", 256), settings["work_dir"])
     batch = settings["batch_size"]
     with tf.Graph().as_default():
-        input_batch = pipeline.build_train_input(
+        input_batch = pipeline.build_train_input(pipeline.TrainStream(
             shards, batch, settings["image_size"], NUM_CLASSES, seed=1,
-            threads=settings.get("threads", 0))
+            threads=settings.get("threads", 0)))
         hold_device(settings)
         with tf1.Session(config=_config(settings)) as session:
             session.run([tf1.local_variables_initializer(), input_batch.initializer])

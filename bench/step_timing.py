@@ -29,6 +29,7 @@ def step_times(devices, batch, image_size, depth_multiplier, steps, all_reduce=N
     from inception.config import settings  # pylint: disable=import-outside-toplevel
     from inception.inputs import pipeline  # pylint: disable=import-outside-toplevel
     from inception.model import network  # pylint: disable=import-outside-toplevel
+    from inception.parallel import sharing  # pylint: disable=import-outside-toplevel
     from inception.parallel import step_graph  # pylint: disable=import-outside-toplevel
 
     tf1 = tf.compat.v1
@@ -41,8 +42,10 @@ def step_times(devices, batch, image_size, depth_multiplier, steps, all_reduce=N
     labels = tf.random.uniform([batch], 0, num_classes, tf.int32, seed=2)
     built = step_graph.build_train_graph(
         pipeline.InputBatch(images, labels, tf.constant(0, tf.int64), tf.no_op()),
-        lambda decay: network.make_model_fn(model, decay, batch_norm_groups=batch_norm_groups),
-        optimization, devices, 10_000, all_reduce=all_reduce)
+        lambda decay: network.make_model_fn(
+            model, decay, network.TowerOptions(batch_norm_groups=batch_norm_groups)),
+        optimization, sharing.OneDevice(devices) if all_reduce is None
+        else sharing.Replicated(devices, all_reduce), 10_000)
     config = tf1.ConfigProto()
     config.device_count["CPU"] = max(2, sum(device.startswith("/cpu") for device in devices))
     times = []

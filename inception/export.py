@@ -43,10 +43,7 @@ def main(argv):
     startup.quiet_tensorflow()
     from inception.serving import saved_model  # pylint: disable=import-outside-toplevel
     try:
-        version_dir = saved_model.export_training_run(
-            settings.checkpoint_dir, settings.export_dir, settings.checkpoint_path,
-            settings.top_k, log=cli.log, max_pixels=settings.max_image_pixels, formats=formats,
-            calibration_count=settings.calibration_images)
+        version_dir = saved_model.export_training_run(settings, log=cli.log)
     except cli.UserError as error:
         cli.fail(error)
     cli.log(f"SavedModel written to {version_dir} (signatures: serving_default on encoded "

@@ -18,6 +18,7 @@ from inception.config import settings as settings_lib
 from inception.inputs import pipeline
 from inception.model import network
 from inception.parallel import gradients as gradients_lib
+from inception.parallel import sharing
 from inception.parallel import step_graph
 from inception.parallel import towers
 
@@ -237,11 +238,12 @@ def tiny_inception_steps(devices, config, at_steps, batch=16, compute_dtype=None
             initializer=iterator.initializer)
         with mock.patch.object(network, "mask_dropout", no_dropout):
             built = step_graph.build_train_graph(
-                input_batch, functools.partial(network.make_model_fn, settings,
-                                               compute_dtype=compute_dtype),
-                optimization(initial_learning_rate=0.01), devices, 64,
-                initial_loss_scale=loss_scale, variable_device=variable_device,
-                stage_inputs=stage_inputs, all_reduce=all_reduce)
+                input_batch, functools.partial(
+                    network.make_model_fn, settings,
+                    options=network.TowerOptions(compute_dtype=compute_dtype)),
+                optimization(initial_learning_rate=0.01),
+                sharing_of(devices, all_reduce, variable_device), 64,
+                step_graph.StepOptions(initial_loss_scale=loss_scale, stage_inputs=stage_inputs))
         restorer = tf1.train.Saver(tf1.trainable_variables()) if checkpoint else None
         with tf1.Session(config=config) as session:
             session.run([tf1.global_variables_initializer(), built.input_initializer])
@@ -334,7 +336,17 @@ def build_small_train_graph(plan=None, make_model_fn=None, all_reduce=None):
     return step_graph.build_train_graph(synthetic_input(8),
                                         make_model_fn or (lambda decay: small_conv_model_fn()),
                                         optimization(initial_learning_rate=0.01, plan=plan),
-                                        ["/cpu:0", "/cpu:1"], 64, all_reduce=all_reduce)
+                                        sharing_of(["/cpu:0", "/cpu:1"], all_reduce), 64)
+
+
+def sharing_of(devices, all_reduce=None, variable_device="/cpu:0"):
+    """The sharing.VariableSharing of towers on `devices`: replicated with `all_reduce` (an
+    all_reduce.AllReduceSpec; across workers when its num_workers > 1), else every variable on
+    `variable_device`."""
+    if all_reduce is None:
+        return sharing.OneDevice(devices, variable_device)
+    kind = sharing.AllReduceCluster if all_reduce.num_workers > 1 else sharing.Replicated
+    return kind(devices, all_reduce)
 
 
 def train_small_model(train_dir, max_steps, save_checkpoint_steps=2, log=None, all_reduce=None,

@@ -152,19 +152,16 @@ def check_restart_exit_code(code):
             f"{DEFAULT_RESTART_EXIT_CODE} is the one Kubeflow's ExitCode policy retries.")
 
 
-def cluster_settings(job_name, task_id, ps_hosts, worker_hosts, num_replicas_to_aggregate=None,
-                     startup_timeout_secs=ClusterSettings.startup_timeout_secs,
-                     step_timeout_secs=ClusterSettings.step_timeout_secs,
-                     restart_exit_code=DEFAULT_RESTART_EXIT_CODE,
-                     cluster_port=environment_lib.DEFAULT_PORT,
-                     environment=None):
+def cluster_settings(job_name, task_id, ps_hosts, worker_hosts, environment=None, **options):
     """Validated ClusterSettings, or None when neither a cluster flag nor `environment` (the
     process's environment variables: environment.py's from_environment) names a cluster: this
-    machine alone.
+    machine alone. `options`: the other ClusterSettings fields, by name, as their flags gave
+    them (absent: the field's default).
 
     `num_replicas_to_aggregate` of None, 0 or -1 (the original's default) means every worker.
     """
     ps_hosts, worker_hosts = tuple(ps_hosts or ()), tuple(worker_hosts or ())
+    cluster_port = options.get("cluster_port", ClusterSettings.cluster_port)
     from_env = environment_lib.from_environment(environment or {}, cluster_port,
                                            explicit=bool(job_name or worker_hosts))
     taken = set()
@@ -184,12 +181,10 @@ def cluster_settings(job_name, task_id, ps_hosts, worker_hosts, num_replicas_to_
             raise ClusterConfigError("--ps_hosts/--worker_hosts need --job_name=ps or "
                                      "--job_name=worker (and --task_id).")
         return None
-    if num_replicas_to_aggregate is not None and num_replicas_to_aggregate <= 0:
-        num_replicas_to_aggregate = None
-    return ClusterSettings(job_name, task_id, ps_hosts, worker_hosts, num_replicas_to_aggregate,
-                           startup_timeout_secs, step_timeout_secs, restart_exit_code,
-                           cluster_port).validate(frozenset(taken),
-                                          from_env.source if from_env else "TF_CONFIG")
+    if (options.get("num_replicas_to_aggregate") or 0) <= 0:
+        options["num_replicas_to_aggregate"] = None
+    return ClusterSettings(job_name, task_id, ps_hosts, worker_hosts, **options).validate(
+        frozenset(taken), from_env.source if from_env else "TF_CONFIG")
 
 
 def split_address(address):

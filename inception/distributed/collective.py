@@ -36,6 +36,7 @@ from inception.loop import resume
 from inception.parallel import all_reduce
 from inception.parallel import copies as copies_lib
 from inception.parallel.devices import HOST_DEVICE
+from inception.parallel import sharing
 
 tf1 = tf.compat.v1
 # A worker's vote: one count per replica_lib.STOP_REASONS, then its non-finite tower losses.
@@ -56,11 +57,8 @@ def collective_config(config):
 class CollectiveWorker(ClusterMember):
     """The hooks `session_loop.run_training` calls for one worker of a cluster without
     parameter servers (see the module docstring). Construct it before building the graph and
-    pass it to run_training as `replica`; the graph is built with the placement's
-    all_reduce spec (num_workers set), not with an optimizer wrapper."""
+    pass it to run_training as `replica`; the graph is built with its `variable_sharing`."""
 
-    # The update needs no wrapper: the all-reduce inside the step makes it synchronous.
-    wrap_optimizer = None
     _shape_source = "the workers have on average"
 
     def __init__(self, settings, server_config, log=print, on_stuck=None):
@@ -68,6 +66,12 @@ class CollectiveWorker(ClusterMember):
         self._vote = [0.0] * len(STOP_REASONS)  # once this task wants to stop: sent next step
         self._stop_agreed = False
         self._train_graph = None
+
+    @staticmethod
+    def variable_sharing(placement):
+        """Replicated variables, the all-reduce spanning every worker (the placement's spec
+        has their number); the update needs no wrapper: the all-reduce makes it synchronous."""
+        return sharing.AllReduceCluster(placement.tower_devices, placement.all_reduce)
 
     def device_scope(self):
         """Everything, variables included, on this worker."""

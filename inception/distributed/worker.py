@@ -38,6 +38,7 @@ from inception.distributed.member import ClusterMember
 from inception.distributed.member import step_shape
 from inception.loop import guards
 from inception.loop import replica as replica_lib
+from inception.parallel import sharing
 
 tf1 = tf.compat.v1
 
@@ -53,23 +54,22 @@ class ClusterWorker(ClusterMember):
     parameter servers.
 
     Construct it before building the graph (it starts the task's server, which must be up for
-    the parameter servers to see this worker), pass `wrap_optimizer` to
-    step_graph.build_train_graph (once: one-stage plans only) and the object itself to
+    the parameter servers to see this worker), build the graph with its `variable_sharing`
+    (its optimizer wrapper is used once: one-stage plans only) and pass the object itself to
     run_training as `replica`. `on_stuck`: see ClusterMember.
     """
 
     def __init__(self, settings, server_config, log=print, on_stuck=None):
         super().__init__(settings, server_config, log, on_stuck)
         self._sync_optimizer = None
-        self._steps_run = 0
-        self._update_failures = []
+        self._steps_run, self._update_failures = 0, []
         self._stop_reason = None  # a signal number or "early", once this worker stops
         self._train_graph = None
 
-    @property
-    def updates_statistics(self):
-        """The chief alone: the shared statistics then change in the same order every run."""
-        return self.is_chief
+    def variable_sharing(self, placement):
+        """Variables on the parameter servers, updated through `wrap_optimizer`."""
+        return sharing.SyncReplicasCluster(placement.tower_devices, placement.variable_device,
+                                           self.wrap_optimizer, self.is_chief)
 
     def device_scope(self):
         """Variables on the parameter servers (round robin), every other op on this worker."""
@@ -91,7 +91,7 @@ class ClusterWorker(ClusterMember):
         """Adds the cluster's ops: readiness flag, update and token ops, done signals, probes."""
         optimizer = self._sync_optimizer
         if optimizer is None:
-            raise RuntimeError("build_train_graph was not given ClusterWorker.wrap_optimizer")
+            raise RuntimeError("the graph was not built with ClusterWorker.variable_sharing")
         _check_local_variables_stay(self.worker_device)
         self._train_graph = train_graph
         # Its readiness report is for MonitoredSession, which we do not use (the chief's ready

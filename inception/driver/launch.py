@@ -29,6 +29,7 @@ from inception.loop import session_loop
 from inception.model import network
 from inception.model import synced_batch_norm
 from inception.parallel import devices
+from inception.parallel import sharing
 from inception.parallel import step_graph
 from inception.run import checkpoint_io
 from inception.run.directory import RunDirectory
@@ -68,10 +69,11 @@ def graph_builder(run, replica, learning_rate=None, service_input=None):
     with `service_input`), towers, stages (every stage at `learning_rate`, a tensor, when
     given: the range test).
 
-    On a cluster every worker reads its share of one order from one position (inputs/
-    shares.py), which lives with the variables (the chief saves it; who advances it is the
-    replica's `updates_statistics`); its towers are numbered among every worker's, so that
-    their random draws follow their examples."""
+    How the towers share the variables is the cluster worker's (`variable_sharing`) or, on one
+    machine, the placement's (sharing.on_one_machine). On a cluster every worker reads its
+    share of one order from one position (inputs/shares.py), which lives with the variables
+    (the chief saves it; who advances it is the sharing's `updates_statistics`); its towers are
+    numbered among every worker's, so that their random draws follow their examples."""
     settings, placement = run.settings, run.placement
     data, cluster = settings.data, settings.cluster
     batch = data.batch_size * settings.optimization.accumulate_steps  # of this process's step
@@ -81,29 +83,29 @@ def graph_builder(run, replica, learning_rate=None, service_input=None):
         if data.seed is not None:
             tf.compat.v1.set_random_seed(data.seed)  # reproducible initial weights too
         seed = resolution.input_seed(settings)
-        position = pipeline.position_variable() if cluster else None  # placed as a variable
+        position = shares.position_variable() if cluster else None  # placed as a variable
         host = devices.HOST_DEVICE
         with tf.device(replica.local_device(host) if replica else host):
             input_batch = train_input(run, batch, seed, position, share, service_input)
         mixing_seed = pipeline.fresh_seed() if seed is None else seed
+        variable_sharing = (replica.variable_sharing(placement) if replica  # one per graph
+                            else sharing.on_one_machine(placement))
         return step_graph.build_train_graph(
             input_batch, functools.partial(
-                network.make_model_fn, settings.model, compute_dtype=placement.compute_dtype,
-                augmentation=settings.augmentation, seed=mixing_seed,
-                label_smoothing=settings.optimization.label_smoothing,
-                class_weights=run.class_weights,
-                first_tower=share.index * placement.num_towers
-                * settings.optimization.accumulate_steps,
-                batch_norm_groups=batch_norm_groups(placement, share,
-                                                    settings.optimization.accumulate_steps)),
-            settings.optimization, placement.tower_devices, run.examples_per_epoch,
-            histograms=settings.loop.histograms,
-            wrap_optimizer=replica.wrap_optimizer if replica else None,
-            initial_loss_scale=placement.initial_loss_scale,
-            variable_device=placement.variable_device, stage_inputs=placement.stage_inputs,
-            learning_rate=learning_rate, max_steps=settings.loop.max_steps,
-            all_reduce=placement.all_reduce,
-            updates_statistics=replica.updates_statistics if replica else True)
+                network.make_model_fn, settings.model, options=network.TowerOptions(
+                    compute_dtype=placement.compute_dtype, augmentation=settings.augmentation,
+                    seed=mixing_seed, label_smoothing=settings.optimization.label_smoothing,
+                    class_weights=run.class_weights,
+                    first_tower=share.index * placement.num_towers
+                    * settings.optimization.accumulate_steps,
+                    batch_norm_groups=batch_norm_groups(
+                        placement, share, settings.optimization.accumulate_steps))),
+            settings.optimization, variable_sharing, run.examples_per_epoch,
+            step_graph.StepOptions(
+                histograms=settings.loop.histograms,
+                initial_loss_scale=placement.initial_loss_scale,
+                stage_inputs=placement.stage_inputs, learning_rate=learning_rate,
+                max_steps=settings.loop.max_steps))
     return build_graph
 
 
@@ -114,13 +116,14 @@ def train_input(run, batch, seed, position, share, service_input=None):
     settings, model = run.settings, run.settings.model
     if settings.input_source.synthetic_input:
         return synthetic.synthetic_input(batch, model.image_size, model.num_classes, seed)
-    return pipeline.build_train_input(
+    stream = pipeline.TrainStream(
         run.shards, batch, model.image_size, model.num_classes, seed=seed,
         strict=settings.data.strict_input, crop=run.dataset.defaults.crop,
         augmentation=settings.augmentation, examples_per_epoch=run.examples_per_epoch,
-        sampling_weights=run.sampling_weights, position=position,
-        share=shares.ALL if service_input else share,  # the service gives out the batches
-        service=service_input)
+        sampling_weights=run.sampling_weights)
+    return pipeline.build_train_input(
+        stream, position, shares.ALL if service_input else share,  # the service gives them out
+        service_input)
 
 
 def service_input_of(settings):

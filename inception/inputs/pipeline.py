@@ -127,75 +127,95 @@ def _resampled_epoch(shards, seed, epoch, shuffle_buffer, deterministic, samplin
     return _seeded(resampling.resampled(records, sampling_weights).take(length), seed, epoch)
 
 
-def build_train_input(shards, batch_size, image_size, num_classes, seed=None, strict=False,
-                      shuffle_buffer=DEFAULT_SHUFFLE_BUFFER, crop=recipe.ORIGINAL_CROP,
-                      threads=0, augmentation=None, examples_per_epoch=None,
-                      sampling_weights=None, position=None, share=shares.ALL, service=None):
-    """Training batches: distorted images, forever, in batches of `batch_size`.
+@dataclasses.dataclass(frozen=True)
+class TrainStream:
+    """What the training batches are made of: distorted images of `shards` (TFRecord paths),
+    forever, in batches of `batch_size`.
+
+    seed: int for a reproducible order and distortions; None for a fresh random one (and
+      non-deterministic, slightly faster parallel reads). strict: fail on a damaged image
+      instead of replacing it. crop: recipe.CropSettings of the random training crop.
+    threads: size of a private thread pool for the pipeline (0: tf.data's shared default).
+    augmentation: settings.AugmentationSettings for RandAugment and random erasing after the
+      distortions (preprocessing.train_image); None: the distortions alone.
+    examples_per_epoch: the records in `shards`: the position is tracked (InputBatch.position)
+      and reading starts at it; None: not tracked, reading starts at epoch 0. A resume lands
+      where the uninterrupted run read only when this is the shards' true count (an epoch is
+      where their records end, and the start epoch is position // it).
+    sampling_weights: the times each label's record is drawn per epoch on average
+      (--balanced_sampling: label_weights.balanced_weights); each epoch keeps its length
+      (_resampled_epoch). None: each record once an epoch.
+    """
+    shards: tuple
+    batch_size: int
+    image_size: int
+    num_classes: int
+    seed: int = None
+    strict: bool = False
+    shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER
+    crop: recipe.CropSettings = recipe.ORIGINAL_CROP
+    threads: int = 0
+    augmentation: object = None
+    examples_per_epoch: int = None
+    sampling_weights: object = None
+
+
+def build_train_input(stream, position=None, share=shares.ALL, service=None):
+    """The training batches of `stream` (a TrainStream).
 
     Args:
-      shards: list of TFRecord paths.
-      seed: int for a reproducible order and distortions; None for a fresh random one (and
-        non-deterministic, slightly faster parallel reads).
-      strict: fail on a damaged image instead of replacing it.
-      crop: recipe.CropSettings of the random training crop.
-      threads: size of a private thread pool for the pipeline (0: tf.data's shared default).
-      augmentation: settings.AugmentationSettings for RandAugment and random erasing after
-        the distortions (preprocessing.train_image); None: the distortions alone.
-      examples_per_epoch: the records in `shards`: the position is tracked (InputBatch.
-        position) and reading starts at it; None: not tracked, reading starts at epoch 0. A
-        resume lands where the uninterrupted run read only when this is the shards' true
-        count (an epoch is where their records end, and the start epoch is position // it).
-      sampling_weights: the times each label's record is drawn per epoch on average
-        (--balanced_sampling: label_weights.balanced_weights); each epoch keeps its length
-        (_resampled_epoch). None: each record once an epoch.
-      position: the int64 variable of the position (position_variable(), placed by the
+      position: the int64 variable of the position (shares.position_variable(), placed by the
         caller: a cluster's chief saves it for every worker); None: made here when tracked.
-      share: shares.InputShare: this worker's share of the order, in chunks of `batch_size`.
+      share: shares.InputShare: this worker's share of the order, in chunks of the batch size.
       service: service.ServiceInput: the tf.data service's workers make the batches, each
         taking whole epochs (from the first after `position`, or the first); None: here.
 
     Returns:
       InputBatch with static shapes [batch_size, image_size, image_size, 3] and [batch_size].
     """
-    deterministic = seed is not None
-    if seed is None:
-        seed = fresh_seed()
-    position, first_epoch, skipped = _start(position, examples_per_epoch, service)
+    deterministic = stream.seed is not None
+    seed = fresh_seed() if stream.seed is None else stream.seed
+    image_size, examples_per_epoch = stream.image_size, stream.examples_per_epoch
+    position, first_epoch, skipped = shares.start(position, examples_per_epoch, service)
 
     def epoch_records(epoch):
-        if sampling_weights is None:
-            return _epoch_records(shards, seed, epoch, shuffle_buffer, deterministic)
-        return _resampled_epoch(shards, seed, epoch, shuffle_buffer, deterministic,
-                                sampling_weights, examples_per_epoch or -1)
+        if stream.sampling_weights is None:
+            return _epoch_records(stream.shards, seed, epoch, stream.shuffle_buffer,
+                                  deterministic)
+        return _resampled_epoch(stream.shards, seed, epoch, stream.shuffle_buffer,
+                                deterministic, stream.sampling_weights,
+                                examples_per_epoch or -1)
 
     def preprocess(element):
         image_seed, serialized = element
         encoded, label, boxes, filename = parse_example(serialized)
         image, ok = damaged.decode_or_skip(
             encoded, filename,
-            lambda: preprocessing.train_image(encoded, boxes, image_size, image_seed, crop,
-                                              augmentation),
-            image_size, None, strict)
+            lambda: preprocessing.train_image(encoded, boxes, image_size, image_seed,
+                                              stream.crop, stream.augmentation),
+            image_size, None, stream.strict)
         return image, label, filename, ok
 
     kept = _kept(tf.data.Dataset.range(first_epoch, LAST_EPOCH), epoch_records, preprocess,
-                 strict, skipped, share, batch_size, whole_epochs=service is not None)
-    batch = _batched(kept, batch_size, num_classes, damaged.corrupt_counter(),
-                     drop_remainder=True, threads=threads,
+                 stream, skipped, share, whole_epochs=service is not None)
+    batch = _batched(kept, stream.batch_size, stream.num_classes, damaged.corrupt_counter(),
+                     drop_remainder=True, threads=stream.threads,
                      distribute=service.distribute if service else None)
-    return dataclasses.replace(batch, position=position, global_batch=batch_size * share.count)
+    return dataclasses.replace(batch, position=position,
+                               global_batch=stream.batch_size * share.count)
 
 
-def _kept(epochs, epoch_records, preprocess, strict, skipped, share, batch_size,
-          whole_epochs):
+def _kept(epochs, epoch_records, preprocess, stream, skipped, share, whole_epochs):
     """The filled slots (_filled) of the records of `epochs` after `skipped`, `share` of them
-    in chunks of `batch_size`; with `whole_epochs` (the service, which hands whole epochs to
-    its workers: its one source is the epochs), each epoch filled on its own, all of it."""
+    in chunks of the stream's batch size; with `whole_epochs` (the service, which hands whole
+    epochs to its workers: its one source is the epochs), each epoch filled on its own, all of
+    it."""
     if whole_epochs:
-        return epochs.flat_map(lambda epoch: _filled(epoch_records(epoch), preprocess, strict))
-    records = shares.take_share(epochs.flat_map(epoch_records).skip(skipped), share, batch_size)
-    return _filled(records, preprocess, strict)
+        return epochs.flat_map(
+            lambda epoch: _filled(epoch_records(epoch), preprocess, stream.strict))
+    records = shares.take_share(epochs.flat_map(epoch_records).skip(skipped), share,
+                                stream.batch_size)
+    return _filled(records, preprocess, stream.strict)
 
 
 def _filled(records, preprocess, strict):
@@ -205,27 +225,6 @@ def _filled(records, preprocess, strict):
     return damaged.fill_slots(decoded.filter(
         lambda slot, image, label, filename, ok: ok).map(
             lambda slot, image, label, filename, ok: (slot, image, label, filename)))
-
-
-def _start(position, examples_per_epoch, service=None):
-    """(the position variable or None, the epoch to start reading in, the records of it to
-    skip): where reading starts, at `position` when `examples_per_epoch` tracks it; from the
-    `service`, at a whole epoch: the first after it that nothing was read from, or, for a job
-    that does not start from the position (service.ServiceInput), the first."""
-    if not examples_per_epoch:
-        return None, 0, 0
-    if position is None:
-        position = position_variable()
-    if service is not None and not service.from_position:
-        return position, 0, 0
-    if service is not None:
-        return position, (position + examples_per_epoch - 1) // examples_per_epoch, 0
-    return position, position // examples_per_epoch, position % examples_per_epoch
-
-
-def position_variable():
-    """The int64 variable of a training input's position (InputBatch.position), at 0."""
-    return tf1.Variable(0, dtype=tf.int64, trainable=False, name="input_position")
 
 
 def build_eval_input(shards, batch_size, image_size, num_classes, strict=False, max_examples=0):

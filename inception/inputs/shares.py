@@ -1,4 +1,5 @@
-"""A worker's share of the one global order of training records.
+"""A worker's share of the one global order of training records, and where in that order
+reading starts (the position: the records consumed, a variable saved in every checkpoint).
 
 A cluster's workers read one seeded order of records (pipeline.py), and each takes its share
 by index: the order is cut into chunks of one worker's batch, and chunk c goes to worker
@@ -14,6 +15,8 @@ A damaged record never shifts a share: damaged.py fills its slot.
 import dataclasses
 
 import tensorflow as tf
+
+tf1 = tf.compat.v1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,3 +37,24 @@ def take_share(records, share, chunk):
     return records.enumerate().filter(
         lambda index, element: tf.equal((index // chunk) % share.count, share.index)).map(
             lambda index, element: element)
+
+
+def start(position, examples_per_epoch, service=None):
+    """(the position variable or None, the epoch to start reading in, the records of it to
+    skip): where a training stream (pipeline.py) starts reading, at `position` when `examples_per_epoch` tracks it; from the
+    `service`, at a whole epoch: the first after it that nothing was read from, or, for a job
+    that does not start from the position (service.ServiceInput), the first."""
+    if not examples_per_epoch:
+        return None, 0, 0
+    if position is None:
+        position = position_variable()
+    if service is not None and not service.from_position:
+        return position, 0, 0
+    if service is not None:
+        return position, (position + examples_per_epoch - 1) // examples_per_epoch, 0
+    return position, position // examples_per_epoch, position % examples_per_epoch
+
+
+def position_variable():
+    """The int64 variable of a training input's position (InputBatch.position), at 0."""
+    return tf1.Variable(0, dtype=tf.int64, trainable=False, name="input_position")

@@ -61,9 +61,6 @@ class Replica:
     one-machine step.
     """
     is_chief = True
-    # Whether this process updates the batch-norm moving statistics and the input position
-    # (parallel/after_update.py): a worker beside parameter servers leaves them to the chief.
-    updates_statistics = True
 
     def device_scope(self):
         """Context manager around the whole graph build (places variables)."""

@@ -21,18 +21,16 @@ class Rollbacks:
     """The set-aside and rollback of one run.
 
     Args:
-      session, saver, graph: the loop's session, its Saver and step_graph.TrainGraph.
+      session: the loop's session; built: its built_run.BuiltRun (the Saver, the
+        step_graph.TrainGraph, the run's start and resume.keeping_input_position's callable).
       run_dir: run.directory.RunDirectory; replica: loop.replica.Replica (a non-chief sets
         nothing aside); settings: settings.LoopSettings; log: callable(str).
-      restart: callable(session) -> step, the run's start (built by loop/resume.py);
-      keep_position: resume.keeping_input_position's callable.
     """
 
-    def __init__(self, session, saver, graph, run_dir, replica, settings, log, restart,
-                 keep_position):
-        self.session, self.saver, self.graph = session, saver, graph
+    def __init__(self, session, built, run_dir, replica, settings, log):
+        self.session, self.saver, self.graph = session, built.saver, built.train_graph
         self.run_dir, self.replica, self.settings, self.log = run_dir, replica, settings, log
-        self.restart, self.keep_position = restart, keep_position
+        self.restart, self.keep_position = built.start, built.keep_position
         self.count = 0
         self.resumed_from = None  # the checkpoint this run started from
         self.start_kept = False  # whether <train_dir>/start/ holds this run's starting weights

@@ -132,9 +132,8 @@ class _Loop:
         self.run_dir = RunDirectory(settings.train_dir)
         self.writer = replica_lib.NoSummaryWriter()
         self.watch = guards.LossWatch()
-        self.rollbacks = rollback.Rollbacks(session, built.saver, built.train_graph,
-                                            self.run_dir, replica, settings, log, built.start,
-                                            built.keep_position)
+        self.rollbacks = rollback.Rollbacks(session, built, self.run_dir, replica, settings,
+                                            log)
         self.unverified = None  # the newest checkpoint whose first step has not run yet
         self.last_loss = self.last_norm = float("nan")
         self.profiler = profiling.StepProfiler(

@@ -9,6 +9,7 @@ dropout_as_mask_multiply).
 """
 
 import contextlib
+import dataclasses
 import itertools
 
 import tensorflow as tf
@@ -158,10 +159,9 @@ def smoothed_cross_entropy(logits, targets, name, label_smoothing=recipe.LABEL_S
         loss_collection=None, reduction=tf.compat.v1.losses.Reduction.SUM_OVER_BATCH_SIZE)
 
 
-def make_model_fn(settings, batch_norm_decay, compute_dtype=None, augmentation=None, seed=0,
-                  label_smoothing=recipe.LABEL_SMOOTHING, class_weights=None, first_tower=0,
-                  batch_norm_groups=None):
-    """Returns `model_fn(images, labels) -> towers.ModelOutputs` for towers.build_towers.
+@dataclasses.dataclass(frozen=True)
+class TowerOptions:
+    """How each tower is built beyond the network's settings.
 
     compute_dtype: tf.bfloat16 / tf.float16 builds the network in that dtype with float32
     variables (mixed_precision.py; GPU towers); None builds it in float32.
@@ -175,7 +175,23 @@ def make_model_fn(settings, batch_norm_decay, compute_dtype=None, augmentation=N
     batch_norm_groups: synced_batch_norm.BatchNormGroups whose statistics the towers share
     (--sync_batch_norm); None: each tower's batch norm on its own batch.
     """
-    tower_numbers = itertools.count(first_tower)
+    compute_dtype: object = None
+    augmentation: object = None
+    seed: int = 0
+    label_smoothing: float = recipe.LABEL_SMOOTHING
+    class_weights: object = None
+    first_tower: int = 0
+    batch_norm_groups: object = None
+
+
+def make_model_fn(settings, batch_norm_decay, options=TowerOptions()):
+    """Returns `model_fn(images, labels) -> towers.ModelOutputs` for towers.build_towers: the
+    network of `settings` (settings.ModelSettings) built as `options` (TowerOptions) say,
+    its batch-norm statistics moving by `batch_norm_decay`."""
+    compute_dtype, augmentation, seed = options.compute_dtype, options.augmentation, options.seed
+    label_smoothing, class_weights = options.label_smoothing, options.class_weights
+    batch_norm_groups = options.batch_norm_groups
+    tower_numbers = itertools.count(options.first_tower)
     built = itertools.count()
 
     def model_fn(images, labels):

@@ -20,14 +20,14 @@ def warmed_up_decay(max_decay, global_step):
     return tf.minimum(max_decay, (1.0 + step) / (10.0 + step), name="batch_norm_decay")
 
 
-def averages_of_every_variable(global_step, copies):
+def averages_of_every_variable(global_step, variables):
     """The ExponentialMovingAverage (recipe.MOVING_AVERAGE_DECAY, warmed up by the global step)
-    of every trainable variable and of each copy of one (copies.VariableCopies or None): all
-    get their average now, whatever the stages train, so that checkpoints always hold the
-    averages evaluation restores."""
+    of `variables` (every trainable variable, and each copy of one with replicated variables:
+    sharing.VariableSharing.averaged_variables): all get their average now, whatever the
+    stages train, so that checkpoints always hold the averages evaluation restores."""
     moving_average = tf1.train.ExponentialMovingAverage(recipe.MOVING_AVERAGE_DECAY,
                                                         num_updates=global_step)
-    moving_average.apply(tf1.trainable_variables() + (copies.all_copies() if copies else []))
+    moving_average.apply(variables)
     return moving_average
 
 

@@ -106,8 +106,8 @@ def build_gradients(towers, var_list, regularization, term_names=None,
                              gradient_norms(towers, per_tower, variable_device))
 
 
-def build_replicated_gradients(towers, var_list, regularization, variable_copies,
-                               sum_across_devices, term_names=None, loss_scale=None, num_workers=1):
+def build_replicated_gradients(towers, var_list, regularization, variable_copies, reducer,
+                               term_names=None, loss_scale=None):
     """Each device's gradients of its own copies, summed over every tower by an all-reduce and
     averaged on every device, plus each device's own regularization gradient: the average
     `build_gradients` computes, on every device at once.
@@ -115,10 +115,9 @@ def build_replicated_gradients(towers, var_list, regularization, variable_copies
     Args:
       variable_copies: copies.VariableCopies whose devices the towers were built on (tower t
         on device t % len(devices): micro-batches of one device are summed there first).
-      sum_across_devices: callable(list per device of equally shaped tensor lists) -> the same
-        lists summed over every device (all_reduce.GradientReducer.sum).
-      num_workers: processes whose towers the all-reduce spans (the average divides by every
-        tower of every worker).
+      reducer: all_reduce.GradientReducer: its `sum` adds lists of equally shaped tensors (one
+        list per device) over every device, of every worker its spec's num_workers counts
+        (the average divides by every tower of every worker).
 
     Returns AveragedGradients with `every_copy` set; a variable no tower reaches is skipped,
     one that only some towers reach gets zero from the others, as in average_gradients.
@@ -139,8 +138,8 @@ def build_replicated_gradients(towers, var_list, regularization, variable_copies
         with tf.device(device), tf.name_scope(f"replica_{index}_gradients"):
             filled.append([tf.zeros_like(copies[p]) if grads[p] is None else grads[p]
                            for p in reached])
-    summed = sum_across_devices(filled) if reached else [[] for _ in devices]
-    divisor = float(len(towers) * num_workers)
+    summed = reducer.sum(filled) if reached else [[] for _ in devices]
+    divisor = float(len(towers) * reducer.spec.num_workers)
     every_copy = []
     for index, (sums, device) in enumerate(zip(summed, devices)):
         copies = [variable_copies.copies(var_list, index)[p] for p in reached]

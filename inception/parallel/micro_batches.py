@@ -35,21 +35,21 @@ def one_micro_batch_at_a_time(towers, stage_ops, num_towers):
             op._add_control_inputs(previous)  # pylint: disable=protected-access
 
 
-def build_towers(input_batch, model_fn, tower_devices, variable_device, stage_inputs,
-                  micro_batches, copies):
-    """Splits the global batch over the towers, `micro_batches` times `tower_devices` (staged
-    on their devices one step ahead when `stage_inputs`) and builds them (each on its device's
-    copies with `copies`); returns (towers, gpu_prefetch.StagedInputs or None)."""
-    tower_inputs = _tower_inputs(input_batch, tower_devices, micro_batches)
-    tower_devices = list(tower_devices) * micro_batches
+def build_towers(input_batch, model_fn, sharing, stage_inputs, micro_batches):
+    """Splits the global batch over the towers, `micro_batches` times the devices of `sharing`
+    (a sharing.VariableSharing; staged on them one step ahead when `stage_inputs`) and builds
+    them (each with the variables `sharing` gives it); returns (towers, gpu_prefetch.StagedInputs
+    or None)."""
+    tower_inputs = _tower_inputs(input_batch, sharing.tower_devices, micro_batches)
+    tower_devices = list(sharing.tower_devices) * micro_batches
     staged = None
     if stage_inputs and input_batch.on_device is None:  # made on the devices: nothing to stage
         staged = gpu_prefetch.stage_on_devices(tower_inputs, tower_devices)
         tower_inputs = staged.tower_inputs
     if micro_batches > 1:
         model_fn = _with_held_inputs(model_fn)
-    return (towers_lib.build_towers(model_fn, tower_inputs, tower_devices, variable_device,
-                                    copies), staged)
+    return (towers_lib.build_towers(model_fn, tower_inputs, tower_devices,
+                                    sharing.tower_scope), staged)
 
 
 def _tower_inputs(input_batch, tower_devices, micro_batches):

@@ -22,12 +22,8 @@ import tensorflow as tf
 from inception.config import plans
 from inception.config import recipe
 from inception.parallel import after_update
-from inception.parallel import all_reduce as all_reduce_lib
 from inception.parallel import averages
 from inception.parallel import clipping
-from inception.parallel import copies as copies_lib
-from inception.parallel.devices import HOST_DEVICE
-from inception.parallel import gradients as gradients_lib
 from inception.parallel import loss_scaling
 from inception.parallel import micro_batches
 from inception.parallel import optimizers as optimizers_lib
@@ -36,8 +32,6 @@ from inception.parallel import summaries
 from inception.parallel import towers as towers_lib
 
 tf1 = tf.compat.v1
-
-DEFAULT_VARIABLE_DEVICE = HOST_DEVICE  # as in the original; the run's Placement decides
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,11 +90,26 @@ class TrainGraph:
         return sorted({name for ops in self.stages for name in ops.skipped})
 
 
-def build_train_graph(input_batch, make_model_fn, optimization, tower_devices,
-                      examples_per_epoch, histograms=False, wrap_optimizer=None,
-                      initial_loss_scale=None, variable_device=DEFAULT_VARIABLE_DEVICE,
-                      stage_inputs=False, learning_rate=None, max_steps=None, all_reduce=None,
-                      updates_statistics=True):
+@dataclasses.dataclass(frozen=True)
+class StepOptions:
+    """How the step is built beyond its data, model, optimization and sharing.
+
+    histograms: add gradient and variable histograms to the summaries (costly).
+    initial_loss_scale: dynamic loss scaling (loss_scaling.py) from this scale; None: off.
+    stage_inputs: copy each tower's input to its device a step ahead (gpu_prefetch.py).
+    learning_rate: a scalar float32 tensor every stage uses instead of its own rate (the
+      range test feeds it); None: the schedules.
+    max_steps: where a cosine schedule reaches zero.
+    """
+    histograms: bool = False
+    initial_loss_scale: float = None
+    stage_inputs: bool = False
+    learning_rate: tf.Tensor = None
+    max_steps: int = None
+
+
+def build_train_graph(input_batch, make_model_fn, optimization, sharing, examples_per_epoch,
+                      options=StepOptions()):
     """Builds the towers once and one train op per stage of `optimization`'s plan.
 
     Args:
@@ -108,45 +117,39 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices,
         (that many micro-batches, each split over the towers); its records_per_step an epoch.
       make_model_fn: callable(batch_norm_decay) -> model_fn(images, labels) -> ModelOutputs.
       optimization: settings.OptimizationSettings (settings.with_defaults): its plan (None:
-        one stage), schedule and accumulate_steps; tower_devices: one device name per tower.
-      examples_per_epoch: examples in the training subset (the schedule decays per epoch);
-        histograms: add gradient and variable histograms to the summaries (costly).
-      wrap_optimizer: optional callable(optimizer, moving_average, variables) -> an optimizer
-        whose apply_gradients also updates `moving_average` (distributed/worker.py).
-      initial_loss_scale: dynamic loss scaling (loss_scaling.py) from this scale; None: off.
-      variable_device: where the variables, the gradient averaging and the updates run
-        (devices.py decides; with `all_reduce`, the first tower's device).
-      stage_inputs: copy each tower's input to its device a step ahead (gpu_prefetch.py).
-      learning_rate: a scalar float32 tensor every stage uses instead of its own rate (the
-        range test feeds it); None: the schedules; max_steps: where a cosine one reaches zero.
-      all_reduce: all_reduce.AllReduceSpec of replicated variables (copies.py), or None.
-      updates_statistics: False: another process updates the moving statistics and position.
+        one stage), schedule and accumulate_steps.
+      sharing: sharing.VariableSharing: the towers' devices and how they share the variables
+        (where the variables, the gradient averaging and the updates run).
+      examples_per_epoch: examples in the training subset (the schedule decays per epoch).
+      options: StepOptions.
     Returns TrainGraph; raises plans.PlanError for a stage whose loss reaches no variable."""
     plan = optimization.training_plan().validate()
     global_step = tf1.train.get_or_create_global_step()
+    variable_device = sharing.variable_device
     with tf.device(variable_device):
         run_schedule, schedule = schedules.schedule_and_rate(
-            optimization, examples_per_epoch / input_batch.records_per_step, max_steps,
-            learning_rate, global_step)
+            optimization, examples_per_epoch / input_batch.records_per_step, options.max_steps,
+            options.learning_rate, global_step)
         bn_decay = averages.warmed_up_decay(recipe.BATCH_NORM_DECAY, global_step)
-    copies, reducer = _replication(tower_devices, all_reduce)
     towers, staged = micro_batches.build_towers(
-        input_batch, make_model_fn(bn_decay), tower_devices, variable_device, stage_inputs,
-        optimization.accumulate_steps, copies)
-    regularization = towers_lib.regularization_loss(
-        variable_device, copies.regularization_terms(0) if copies else None)
+        input_batch, make_model_fn(bn_decay), sharing, options.stage_inputs,
+        optimization.accumulate_steps)
+    regularization = sharing.regularization_loss()
     with tf.device(variable_device):
-        moving_average = averages.averages_of_every_variable(global_step, copies)
-        loss_scale = initial_loss_scale and loss_scaling.create_loss_scale(initial_loss_scale)
+        moving_average = averages.averages_of_every_variable(
+            global_step, sharing.averaged_variables())
+        loss_scale = (options.initial_loss_scale
+                      and loss_scaling.create_loss_scale(options.initial_loss_scale))
     shared = _SharedParts(
-        towers, regularization, schedule, bn_decay, global_step, moving_average,
-        [staged.put_op] if staged else [], after_update.statistics_updates(
-            towers, updates_statistics), input_batch, updates_statistics, histograms,
-        len(plan.stages) == 1, variable_device, wrap_optimizer, loss_scale,
-        learning_rate is not None, plan, run_schedule, copies, reducer,
-        clipping.counter_if(optimization.clip_gradient_norm, variable_device),
-        optimization.adapt_batch_norm_and_biases)
-    stage_ops = _build_stages(plan, shared, len(tower_devices))
+        towers=towers, regularization=regularization, schedule=schedule, bn_decay=bn_decay,
+        global_step=global_step, moving_average=moving_average,
+        step_extras=[staged.put_op] if staged else [],
+        statistics=after_update.statistics_updates(towers, sharing.updates_statistics),
+        input_batch=input_batch, sharing=sharing, options=options, plan=plan,
+        run_schedule=run_schedule, loss_scale=loss_scale,
+        clipped_updates=clipping.counter_if(optimization.clip_gradient_norm, variable_device),
+        adapt_all=optimization.adapt_batch_norm_and_biases)
+    stage_ops = _build_stages(plan, shared)
     return TrainGraph(global_step=global_step, plan=plan, stages=stage_ops,
                       corrupt_records=input_batch.corrupt_records,
                       input_initializer=input_batch.initializer, moving_average=moving_average,
@@ -154,29 +157,22 @@ def build_train_graph(input_batch, make_model_fn, optimization, tower_devices,
                       loss_scaled=loss_scale is not None,
                       input_fill=staged.put_op if staged else None,
                       input_position=input_batch.position, towers=tuple(towers),
-                      copy_to_replicas=copies.fill_op() if copies else None,
+                      copy_to_replicas=sharing.fill_op(),
                       clipped_updates=shared.clipped_updates and shared.clipped_updates.counter)
 
 
-def _build_stages(plan, shared, num_towers):
+def _build_stages(plan, shared):
     """A StageOps per stage of `plan`; micro-batches and moving statistics ordered after."""
     stage_ops = [_build_stage(stage, index, shared) for index, stage in enumerate(plan.stages)]
-    micro_batches.one_micro_batch_at_a_time(shared.towers, stage_ops, num_towers)
+    micro_batches.one_micro_batch_at_a_time(shared.towers, stage_ops,
+                                            len(shared.sharing.tower_devices))
     after_update.order_statistics(shared.statistics, stage_ops)
     return stage_ops
 
 
-def _replication(tower_devices, all_reduce):
-    """(copies.VariableCopies, all_reduce.GradientReducer) of replicated variables on
-    `tower_devices`, or (None, None)."""
-    if all_reduce is None:
-        return None, None
-    return (copies_lib.VariableCopies(tower_devices),
-            all_reduce_lib.GradientReducer(tower_devices, all_reduce))
-
-
 @dataclasses.dataclass(frozen=True)
 class _SharedParts:
+    """What every stage's step shares (keyword-built by build_train_graph)."""
     towers: list
     regularization: tf.Tensor
     schedule: tf.Tensor
@@ -186,24 +182,33 @@ class _SharedParts:
     step_extras: list  # run with every step: the next staged input
     statistics: list  # batch-norm moving statistics' updates, after the update (one stage)
     input_batch: object
-    advances_position: bool  # its position, if tracked, advanced by this process each step
-    histograms: bool
-    single_stage: bool
-    variable_device: str = DEFAULT_VARIABLE_DEVICE
-    wrap_optimizer: object = None
-    loss_scale: loss_scaling.LossScale = None
-    rate_fed: bool = False  # every stage takes `schedule`, whatever its plan says
-    plan: plans.TrainingPlan = None
-    run_schedule: schedules.Schedule = None
-    copies: copies_lib.VariableCopies = None  # replicated variables; None: parameter_server
-    reducer: all_reduce_lib.GradientReducer = None  # sums the copies' gradients
-    clipped_updates: clipping.ClippedUpdates = None  # None: no clipping
-    adapt_all: bool = False  # LARS and LAMB adapt batch-norm variables and biases too
+    sharing: object  # sharing.VariableSharing
+    options: StepOptions
+    plan: plans.TrainingPlan
+    run_schedule: schedules.Schedule
+    loss_scale: loss_scaling.LossScale  # None: no loss scaling
+    clipped_updates: clipping.ClippedUpdates  # None: no clipping
+    adapt_all: bool  # LARS and LAMB adapt batch-norm variables and biases too
 
-    def __post_init__(self):
-        # Synchronous replicas apply their own update: never loss-scaled or replicated
-        # (config/rules.py refuses those runs).
-        assert self.wrap_optimizer is None or (self.loss_scale is None and self.copies is None)
+    @property
+    def variable_device(self):
+        """Where the variables' own copy lives, and the step's shared arithmetic runs."""
+        return self.sharing.variable_device
+
+    @property
+    def histograms(self):
+        """Whether the summaries show every gradient's and variable's histogram."""
+        return self.options.histograms
+
+    @property
+    def rate_fed(self):
+        """Whether every stage takes `schedule` (a fed rate), whatever its plan says."""
+        return self.options.learning_rate is not None
+
+    @property
+    def single_stage(self):
+        """Whether the plan has one stage."""
+        return len(self.plan.stages) == 1
 
 
 def _build_stage(stage, index, shared):
@@ -217,7 +222,9 @@ def _build_stage(stage, index, shared):
         with tf.device(shared.variable_device):
             tower_losses = tf.stack(tower_totals, name="tower_losses")
             mean_loss = towers_lib.mean_over_towers(tower_totals)
-        gradients = _gradients(shared, var_list, stage.loss_terms)
+        gradients = shared.sharing.gradients(
+            shared.towers, var_list, shared.regularization, stage.loss_terms,
+            shared.loss_scale.scale if shared.loss_scale else None)
         if not gradients.grads_and_vars:
             terms = ", ".join(stage.loss_terms or sorted(shared.towers[0].loss_terms))
             raise plans.PlanError(
@@ -237,53 +244,23 @@ def _build_stage(stage, index, shared):
                 clipped = clipping.clip_gradients(gradients, shared.clipped_updates)
                 applied, clipped_count = clipped.gradients, clipped.count
                 extras.append(clipped_count.op)
-            update_ops = _update_ops(optimizer, applied.to_apply, shared)
+            update_ops = shared.sharing.update_ops(optimizer, applied.to_apply,
+                                                   shared.global_step, shared.moving_average,
+                                                   shared.loss_scale)
             update_op = tf.group(*update_ops, name="update")
             train_op = tf.group(update_op, *extras, *shared.statistics,
                                 *after_update.position_advance(
-                                    shared.input_batch, shared.advances_position, update_op),
+                                    shared.input_batch, shared.sharing.updates_statistics,
+                                    update_op),
                                 name="train_op")
-        summary_op = summaries.step_summaries(
-            shared.towers, tower_totals, stage.loss_terms, index, mean_loss, learning_rate,
-            gradients.grads_and_vars, shared.input_batch, shared.regularization,
-            shared.bn_decay, shared.loss_scale, shared.histograms, clipped_count)
+        summary_op = summaries.step_summaries(shared, summaries.StageValues(
+            index, stage.loss_terms, tower_totals, mean_loss, learning_rate,
+            gradients.grads_and_vars, clipped_count))
     return StageOps(stage=stage, train_op=train_op, update_op=update_op,
                     tower_losses=tower_losses,
                     tower_gradient_norms=gradients.tower_norms, mean_loss=mean_loss,
                     learning_rate=learning_rate, summary_op=summary_op,
                     variables=[v.op.name for v in trained], skipped=gradients.skipped)
-
-
-def _gradients(shared, var_list, loss_terms):
-    """gradients.AveragedGradients of `var_list` for the stage's `loss_terms`: averaged on the
-    variable device, or on every device's copies when replicated."""
-    scale = shared.loss_scale.scale if shared.loss_scale else None
-    if shared.copies is None:
-        return gradients_lib.build_gradients(shared.towers, var_list, shared.regularization,
-                                          loss_terms, variable_device=shared.variable_device,
-                                          loss_scale=scale)
-    return gradients_lib.build_replicated_gradients(
-        shared.towers, var_list, shared.regularization, shared.copies, shared.reducer.sum,
-        loss_terms, scale, shared.reducer.spec.num_workers)
-
-
-def _update_ops(optimizer, grads_and_vars, shared):
-    """Ops applying the averaged gradients and then the moving averages of the variables (or
-    copies) they update."""
-    trained = [variable for _, variable in grads_and_vars]
-    if shared.wrap_optimizer is not None:
-        wrapped = shared.wrap_optimizer(optimizer, shared.moving_average, trained)
-        return [wrapped.apply_gradients(grads_and_vars, global_step=shared.global_step)]
-
-    def apply_and_average():
-        apply_op = optimizer.apply_gradients(grads_and_vars, global_step=shared.global_step)
-        with tf.control_dependencies([apply_op]):
-            return [apply_op, shared.moving_average.apply(trained)]
-
-    if shared.loss_scale is None:
-        return apply_and_average()
-    return [loss_scaling.apply_if_finite(grads_and_vars, apply_and_average, shared.global_step,
-                                         shared.loss_scale)]
 
 
 def describe_stage(graph, index, end_step):

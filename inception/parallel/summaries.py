@@ -3,6 +3,8 @@ rate, batch-norm decay, loss scale, corrupt records, training precision, gradien
 input images and, on request, histograms. Built once per stage of the plan; the loop runs them
 only when a summary is due."""
 
+import dataclasses
+
 import tensorflow as tf
 
 from inception.config import tags
@@ -37,36 +39,48 @@ def _training_precision(towers):
     return [scalar_summary(tags.PRECISION_AT_1, tf.add_n(correct) / len(correct))]
 
 
-def step_summaries(towers, tower_totals, loss_terms, stage_index, mean_loss, learning_rate,
-                   grads_and_vars, input_batch, regularization, bn_decay, loss_scale,
-                   histograms, clipped_updates=None):
+@dataclasses.dataclass(frozen=True)
+class StageValues:
+    """What one stage's step shows: its index in the plan, the loss terms it trains (empty:
+    all), each tower's total loss and their mean, its rate, the gradients it applies (with
+    their variables) and the count of updates gradient clipping clipped (None: no clipping)."""
+    index: int
+    loss_terms: tuple
+    tower_totals: list
+    mean_loss: tf.Tensor
+    learning_rate: tf.Tensor
+    grads_and_vars: list
+    clipped_updates: tf.Tensor = None
+
+
+def step_summaries(step, stage):
     """TensorBoard summaries of one step of a stage, merged into one op (run only when due).
 
-    Args: the stage's towers and each one's total loss, the loss terms it trains (empty: all),
-    its index in the plan, the tensors to show (loss_scale: loss_scaling.LossScale or None), the
-    step's input batch, and whether to write histograms of every gradient and variable;
-    clipped_updates: the count of updates gradient clipping clipped (None: no clipping).
+    step: what every stage's step shares (step_graph's parts: its towers, regularization,
+    batch-norm decay, loss scale (loss_scaling.LossScale or None), input batch and whether to
+    write histograms of every gradient and variable); stage: its StageValues.
     """
+    towers, input_batch = step.towers, step.input_batch
     with tf.device(SUMMARY_DEVICE), tf.name_scope("summaries"):
-        summaries = [scalar_summary(tags.MEAN_LOSS, mean_loss),
-                     scalar_summary(tags.REGULARIZATION_LOSS, regularization),
-                     scalar_summary(tags.LEARNING_RATE, learning_rate),
-                     scalar_summary(tags.CURRENT_BATCH_NORM_DECAY, bn_decay),
-                     scalar_summary(tags.STAGE, stage_index),
-                     *([scalar_summary(tags.LOSS_SCALE, loss_scale.scale)]
-                       if loss_scale else []),
+        summaries = [scalar_summary(tags.MEAN_LOSS, stage.mean_loss),
+                     scalar_summary(tags.REGULARIZATION_LOSS, step.regularization),
+                     scalar_summary(tags.LEARNING_RATE, stage.learning_rate),
+                     scalar_summary(tags.CURRENT_BATCH_NORM_DECAY, step.bn_decay),
+                     scalar_summary(tags.STAGE, stage.index),
+                     *([scalar_summary(tags.LOSS_SCALE, step.loss_scale.scale)]
+                       if step.loss_scale else []),
                      scalar_summary(tags.CORRUPT_RECORDS, input_batch.corrupt_records)]
-        for tower, total in zip(towers, tower_totals):
+        for tower, total in zip(towers, stage.tower_totals):
             summaries.append(scalar_summary(tags.tower_loss(tower.index), total))
-            terms = loss_terms or sorted(tower.loss_terms)
+            terms = stage.loss_terms or sorted(tower.loss_terms)
             for name in terms:
                 summaries.append(scalar_summary(tags.tower_loss(tower.index, name),
                                                 tower.loss_terms[name]))
         summaries.extend(_training_precision(towers))
-        grads = [grad for grad, _ in grads_and_vars]
+        grads = [grad for grad, _ in stage.grads_and_vars]
         summaries.append(scalar_summary(tags.GRADIENT_NORM, tf.linalg.global_norm(grads)))
-        if clipped_updates is not None:
-            summaries.append(scalar_summary(tags.CLIPPED_UPDATES, clipped_updates))
+        if stage.clipped_updates is not None:
+            summaries.append(scalar_summary(tags.CLIPPED_UPDATES, stage.clipped_updates))
         first = towers[0].outputs
         trained = first.images if first is not None and first.images is not None else \
             input_batch.images
@@ -75,8 +89,8 @@ def step_summaries(towers, tower_totals, loss_terms, stage_index, mean_loss, lea
                                                  saturate=True)
             summaries.append(tf.raw_ops.ImageSummary(tag=tags.INPUT_IMAGES, tensor=shown,
                                                      max_images=3))
-        if histograms:
-            for grad, variable in grads_and_vars:
+        if step.histograms:
+            for grad, variable in stage.grads_and_vars:
                 name = variable.op.name
                 summaries.append(tf.raw_ops.HistogramSummary(tag=f"gradients/{name}",
                                                              values=grad))

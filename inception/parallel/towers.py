@@ -9,11 +9,8 @@ they are named `InceptionV3/...` whatever the tower; each tower's ops live under
 scope `tower_i/`. Select variables by variable scope (see `variables_in_scopes`), never by a
 tower's name scope.
 
-Two ways to share them (--variable_update): `parameter_server`, the original's, keeps them on
-one device, where the towers' gradients are averaged and applied (gradients.build_gradients);
-`replicated` gives every device its own copy (copies.py), sums the gradients on every device
-with an all-reduce and applies the same average to every copy
-(gradients.build_replicated_gradients).
+How the towers share them (--variable_update: on one device, or a copy on each) is
+sharing.py's: it gives `build_towers` each tower's placement and custom getter.
 """
 
 import dataclasses
@@ -88,8 +85,7 @@ def split_batch(tensors, num_towers):
     return [tuple(part[index] for part in parts) for index in range(num_towers)]
 
 
-def build_towers(model_fn, tower_inputs, devices, variable_device=HOST_DEVICE,
-                 variable_copies=None):
+def build_towers(model_fn, tower_inputs, devices, tower_scope=None):
     """Builds one tower per device; variables are created by tower 0 and shared.
 
     Args:
@@ -97,10 +93,9 @@ def build_towers(model_fn, tower_inputs, devices, variable_device=HOST_DEVICE,
         over the tower batch)}.
       tower_inputs: list of input tuples, one per tower.
       devices: list of device names, one per tower.
-      variable_device: where every variable lives (parameter_server).
-      variable_copies: copies.VariableCopies of the distinct devices (replicated variables):
-        tower t uses the copies of device t % len(variable_copies.devices), kept on that
-        device, instead.
+      tower_scope: callable(tower index, device) -> (device placement, variable-scope custom
+        getter or None): where a tower's ops and variables go (sharing.VariableSharing's);
+        None: every variable on the host.
 
     Returns:
       A list of `Tower`.
@@ -109,11 +104,7 @@ def build_towers(model_fn, tower_inputs, devices, variable_device=HOST_DEVICE,
         raise ValueError(f"{len(tower_inputs)} tower inputs for {len(devices)} devices")
     towers = []
     for index, (inputs, device) in enumerate(zip(tower_inputs, devices)):
-        if variable_copies is None:
-            placed, getter = variables_on(variable_device, device), None
-        else:
-            placed = device
-            getter = variable_copies.custom_getter(index % len(variable_copies.devices))
+        placed, getter = (tower_scope or _variables_on_host)(index, device)
         with tf1.device(placed), \
                 tf.name_scope(f"tower_{index}") as name_scope, \
                 tf1.variable_scope(tf1.get_variable_scope(), reuse=index > 0,
@@ -125,6 +116,11 @@ def build_towers(model_fn, tower_inputs, devices, variable_device=HOST_DEVICE,
             raise ValueError("model_fn returned no loss terms")
         towers.append(Tower(index, device, name_scope, dict(outputs.loss_terms), outputs))
     return towers
+
+
+def _variables_on_host(tower_index, device):
+    del tower_index
+    return variables_on(HOST_DEVICE, device), None
 
 
 def regularization_loss(variable_device=HOST_DEVICE, terms=None):

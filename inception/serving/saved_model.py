@@ -134,23 +134,34 @@ def check_export_dir(export_dir):
                                                    error)) from None
 
 
+@dataclasses.dataclass(frozen=True)
+class VersionContents:
+    """What an exported version holds beside the weights.
+
+    top_k: the classes each answer lists; max_pixels: the serving signature refuses images of
+    more pixels (baked in); formats: config.commands.EXPORT_FORMATS to write into the version
+    folder (the SavedModel always; a model one of them cannot hold is a
+    model_files.ConversionError, nothing kept); calibration: float32 images for tflite_int8
+    (lite.calibration_images).
+    """
+    top_k: int = commands.DEFAULT_TOP_K
+    max_pixels: int = image_limits.MAX_IMAGE_PIXELS
+    formats: tuple = (commands.SAVED_MODEL_FORMAT,)
+    calibration: object = None
+
+
 def export_saved_model(checkpoint_path, stored, label_names, export_dir,
-                       top_k=commands.DEFAULT_TOP_K, logits_fn=None,
-                       max_pixels=image_limits.MAX_IMAGE_PIXELS,
-                       formats=(commands.SAVED_MODEL_FORMAT,), calibration=None):
+                       contents=VersionContents(), logits_fn=None):
     """Writes the SavedModel of `checkpoint_path` to `<export_dir>/<step>`; returns that path.
 
     Args:
       stored: run.directory.StoredRun of the training directory (its model settings).
       label_names: label_names[i - 1] names label i; empty when the data set had none.
-      max_pixels: the serving signature refuses images of more pixels (baked in).
-      formats: config.commands.EXPORT_FORMATS to write into the version folder (the SavedModel
-        always); a model one of them cannot hold is a model_files.ConversionError, nothing
-        kept.
-      calibration: float32 images for tflite_int8 (lite.calibration_images).
+      contents: VersionContents; logits_fn: stands in for the network (tests).
 
     Raises ExportError when that version exists already (nothing is overwritten).
     """
+    top_k, max_pixels, formats = contents.top_k, contents.max_pixels, contents.formats
     version_dir = new_version_dir(export_dir, checkpoint_path)
     serving_graph = build_serving_graph(stored.model, label_names, top_k, logits_fn,
                                         max_pixels, image_limits.EXPORT_LIMIT_FLAG)
@@ -160,7 +171,8 @@ def export_saved_model(checkpoint_path, stored, label_names, export_dir,
     partial_dir = os.path.join(staging_parent, f".partial-{os.path.basename(version_dir)}-"
                                                f"{os.getpid()}")
     try:
-        _write_saved_model(serving_graph, checkpoint_path, partial_dir, formats, calibration)
+        _write_saved_model(serving_graph, checkpoint_path, partial_dir, formats,
+                           contents.calibration)
         if set(formats) - {commands.SAVED_MODEL_FORMAT}:
             model_files.write(partial_dir, model_files.ModelInputs(
                 stored.model.image_size, tuple(label_texts(stored.model.num_classes,
@@ -208,31 +220,30 @@ def _publish(partial_dir, version_dir):
         tf.io.gfile.copy(source, target)
 
 
-def export_training_run(checkpoint_dir, export_dir, checkpoint_path="",
-                        top_k=commands.DEFAULT_TOP_K, log=print,
-                        max_pixels=image_limits.MAX_IMAGE_PIXELS,
-                        formats=(commands.SAVED_MODEL_FORMAT,),
-                        calibration_count=commands.DEFAULT_CALIBRATION_IMAGES):
-    """Exports the newest usable checkpoint of the training directory `checkpoint_dir` (or
-    `checkpoint_path`) with the settings and label names stored beside it, refusing images of
-    more than `max_pixels` pixels, in `formats` (tflite_int8 calibrated on `calibration_count`
-    images of the run's training shards); returns the new version directory. Everything is
-    checked before anything is written."""
-    directory = RunDirectory(checkpoint_dir)
+def export_training_run(settings, log=print):
+    """Exports what `settings` (config.commands.ExportSettings) name: the newest usable
+    checkpoint of the training directory (or settings.checkpoint_path) with the settings and
+    label names stored beside it, refusing images of more than max_image_pixels pixels, in its
+    formats (tflite_int8 calibrated on calibration_images images of the run's training
+    shards); returns the new version directory. Everything is checked before anything is
+    written."""
+    export_dir, formats = settings.export_dir, settings.format_names()
+    directory = RunDirectory(settings.checkpoint_dir)
     stored = directory.require_settings()
-    checkpoint_path = directory.resolve(checkpoint_path, log)
+    checkpoint_path = directory.resolve(settings.checkpoint_path, log)
     new_version_dir(export_dir, checkpoint_path)
     label_names = datasets.read_label_names(datasets.labels_dir(stored.data_dir), log)
     calibration = None
     if "tflite_int8" in formats:
         calibration = lite.calibration_images(datasets.labels_dir(stored.data_dir),
                                               stored.model.image_size,
-                                              stored.model.num_classes - 1, calibration_count)
+                                              stored.model.num_classes - 1,
+                                              settings.calibration_images)
         log(f"calibrating tflite_int8 on {len(calibration)} training images")
     log(f"exporting {checkpoint_path} ({stored.model.image_size} px, "
         f"{stored.model.num_classes - 1} labels)...")
-    return export_saved_model(checkpoint_path, stored, label_names, export_dir, top_k,
-                              max_pixels=max_pixels, formats=formats, calibration=calibration)
+    return export_saved_model(checkpoint_path, stored, label_names, export_dir, VersionContents(
+        settings.top_k, settings.max_image_pixels, formats, calibration))
 
 
 def _write_saved_model(serving_graph, checkpoint_path, target_dir, formats, calibration=None):

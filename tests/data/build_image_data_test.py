@@ -184,8 +184,8 @@ class RoundTripTest(unittest.TestCase):
     def test_shards_feed_the_training_input_pipeline(self):
         shards = tfrecord_format.list_shards(self.output_dir, "train")
         with tf.Graph().as_default():
-            batch = pipeline.build_train_input(shards, batch_size=4, image_size=48,
-                                               num_classes=3, seed=1)
+            batch = pipeline.build_train_input(pipeline.TrainStream(
+                shards, batch_size=4, image_size=48, num_classes=3, seed=1))
             with tf1.Session() as session:
                 session.run(tf1.local_variables_initializer())
                 session.run(batch.initializer)

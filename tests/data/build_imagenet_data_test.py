@@ -158,8 +158,8 @@ class ImageNetBuildTest(unittest.TestCase):
     def test_shards_with_boxes_feed_the_training_input_pipeline(self):
         shards = tfrecord_format.list_shards(self.output_dir, "train")
         with tf.Graph().as_default():
-            batch = pipeline.build_train_input(shards, batch_size=3, image_size=32,
-                                               num_classes=len(SYNSETS) + 1, seed=1)
+            batch = pipeline.build_train_input(pipeline.TrainStream(
+                shards, batch_size=3, image_size=32, num_classes=len(SYNSETS) + 1, seed=1))
             with tf1.Session() as session:
                 session.run(tf1.local_variables_initializer())
                 session.run(batch.initializer)

@@ -92,8 +92,9 @@ class _Worker:
         self.graph = tf.Graph()
         with self.graph.as_default(), tf.device(self.device):
             self.built = step_graph.build_train_graph(
-                worker_input(task, 2), lambda decay: model_fn, optimization(), TWO, 64,
-                all_reduce=all_reduce.AllReduceSpec(all_reduce.RING, 2, num_workers=2))
+                worker_input(task, 2), lambda decay: model_fn, optimization(),
+                testing_utils.sharing_of(
+                    TWO, all_reduce.AllReduceSpec(all_reduce.RING, 2, num_workers=2)), 64)
             saved = copies_lib.saved_variables(tf1.global_variables())
             self.saved = {name: saved[name] for name in sorted(saved)}
             self.broadcast = all_reduce.broadcast_variables(
@@ -153,7 +154,7 @@ def train_one_process(model_fn, initial, steps=STEPS):
     with tf.Graph().as_default():
         built = step_graph.build_train_graph(
             testing_utils.synthetic_input(BATCH), lambda decay: model_fn, optimization(),
-            FOUR, 64)
+            testing_utils.sharing_of(FOUR), 64)
         with tf1.Session(config=testing_utils.cpu_session_config(4)) as session:
             session.run([tf1.global_variables_initializer(), built.input_initializer])
             for variable in tf1.global_variables():

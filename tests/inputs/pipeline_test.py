@@ -60,8 +60,9 @@ def read_all(batch):
 
 def first_batches(shards, seed, count=3, batch_size=4, augmentation=None):
     with tf.Graph().as_default():
-        batch = pipeline.build_train_input(shards, batch_size, SIZE, NUM_CLASSES, seed=seed,
-                                           shuffle_buffer=16, augmentation=augmentation)
+        batch = pipeline.build_train_input(pipeline.TrainStream(
+            shards, batch_size, SIZE, NUM_CLASSES, seed=seed, shuffle_buffer=16,
+            augmentation=augmentation))
         with tf1.Session() as session:
             session.run([tf1.local_variables_initializer(), batch.initializer])
             return [session.run([batch.images, batch.labels]) for _ in range(count)]
@@ -107,8 +108,8 @@ class ShardsTest(unittest.TestCase):
 
     def test_training_survives_damaged_records(self):
         with tf.Graph().as_default():
-            batch = pipeline.build_train_input(self.shards, 4, SIZE, NUM_CLASSES, seed=1,
-                                               shuffle_buffer=8)
+            batch = pipeline.build_train_input(pipeline.TrainStream(
+                self.shards, 4, SIZE, NUM_CLASSES, seed=1, shuffle_buffer=8))
             with tf1.Session() as session:
                 session.run([tf1.local_variables_initializer(), batch.initializer])
                 for _ in range(6):  # three passes over the 8 records
@@ -302,10 +303,10 @@ class BalancedSamplingTest(unittest.TestCase):
     def labels(self, position, count):
         """The labels of `count` examples from `position` on, and the image of the first."""
         with tf.Graph().as_default():
-            batch = pipeline.build_train_input(
+            batch = pipeline.build_train_input(pipeline.TrainStream(
                 self.shards, 3, 8, NUM_CLASSES, seed=5, shuffle_buffer=16,
                 examples_per_epoch=self.epoch,
-                sampling_weights=label_weights.balanced_weights(self.counts))
+                sampling_weights=label_weights.balanced_weights(self.counts)))
             with tf1.Session() as session:
                 session.run([tf1.local_variables_initializer(), batch.position.initializer])
                 session.run(batch.position.assign(position))

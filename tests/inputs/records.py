@@ -45,9 +45,9 @@ def stream(shards, examples, position, batch_size, count, share=InputShare(), se
     """(`count` (images, labels) batches, the damaged records counted) of `share` of the
     seeded training order of `shards` (their `examples` records), started at `position`."""
     with tf.Graph().as_default():
-        batch = pipeline.build_train_input(shards, batch_size, size, num_classes, seed=seed,
-                                           shuffle_buffer=4, examples_per_epoch=examples,
-                                           share=share)
+        batch = pipeline.build_train_input(
+            pipeline.TrainStream(shards, batch_size, size, num_classes, seed=seed,
+                                 shuffle_buffer=4, examples_per_epoch=examples), share=share)
         with tf1.Session() as session:
             session.run([tf1.local_variables_initializer(), batch.position.initializer])
             session.run(batch.position.assign(position))

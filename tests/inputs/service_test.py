@@ -12,6 +12,7 @@ from absl.testing import absltest
 
 from inception.inputs import pipeline
 from inception.inputs import service
+from inception.inputs import shares
 from tests import testing_utils
 from tests.inputs.records import jpeg_bytes
 from tests.inputs.records import record
@@ -32,10 +33,11 @@ def start_service(workers):
 def read_batches(shards, count, service_input=None, position=0, examples=EXAMPLES):
     """`count` (images, labels) batches of the seeded training input, from `position`."""
     with tf.Graph().as_default():
-        position_variable = pipeline.position_variable()
+        position_variable = shares.position_variable()
         batch = pipeline.build_train_input(
-            shards, BATCH, SIZE, EXAMPLES + 1, seed=SEED, shuffle_buffer=4,
-            examples_per_epoch=examples, position=position_variable, service=service_input)
+            pipeline.TrainStream(shards, BATCH, SIZE, EXAMPLES + 1, seed=SEED, shuffle_buffer=4,
+                                 examples_per_epoch=examples),
+            position=position_variable, service=service_input)
         with tf1.Session() as session:
             session.run([tf1.local_variables_initializer(), position_variable.initializer])
             session.run(position_variable.assign(position))

@@ -113,7 +113,7 @@ def train_lines(slow_input):
         return step_graph.build_train_graph(
             prefetched_input(slow_input), model_factory(not slow_input),
             testing_utils.optimization(initial_learning_rate=0.01),
-            [f"/cpu:{i}" for i in range(NUM_TOWERS)], 64)
+            testing_utils.sharing_of([f"/cpu:{i}" for i in range(NUM_TOWERS)]), 64)
     lines = []
     settings = settings_lib.LoopSettings(
         train_dir=testing_utils.temp_dir("feed_wait"), max_steps=STEPS, log_every_n_steps=LOG_EVERY,

@@ -75,7 +75,7 @@ def build_graph_fn(input_fn=None, **factory_args):
             (input_fn or testing_utils.synthetic_input)(BATCH),
             small_model_factory(**factory_args),
             testing_utils.optimization(initial_learning_rate=0.01),
-            [f"/cpu:{i}" for i in range(NUM_TOWERS)], 64)
+            testing_utils.sharing_of([f"/cpu:{i}" for i in range(NUM_TOWERS)]), 64)
     return build
 
 

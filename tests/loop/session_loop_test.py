@@ -31,7 +31,8 @@ def train_steps(variable_device, steps=3):
         built = step_graph.build_train_graph(
             testing_utils.synthetic_input(BATCH), small_model_factory(),
             testing_utils.optimization(initial_learning_rate=0.01),
-            [f"/cpu:{i}" for i in range(NUM_TOWERS)], 64, variable_device=variable_device)
+            testing_utils.sharing_of([f"/cpu:{i}" for i in range(NUM_TOWERS)],
+                                     variable_device=variable_device), 64)
         devices = {v.op.name: v.device for v in tf1.global_variables()}
         config = testing_utils.cpu_session_config(NUM_TOWERS + 1)
         with tf1.Session(config=config) as session:

@@ -78,7 +78,8 @@ def mixed_tower(mixup_alpha, cutmix_alpha, step, seed=3, batch=4):
     labels = np.array([1, 2, 3, 4][:batch], np.int32)
     with tf.Graph().as_default():
         global_step = tf1.train.get_or_create_global_step()
-        model_fn = network.make_model_fn(SETTINGS, 0.9, augmentation=augmentation, seed=seed)
+        model_fn = network.make_model_fn(
+            SETTINGS, 0.9, network.TowerOptions(augmentation=augmentation, seed=seed))
         outputs = model_fn(tf.constant(images), tf.constant(labels))
         with tf1.Session() as session:
             session.run(tf1.global_variables_initializer())

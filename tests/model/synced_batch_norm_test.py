@@ -58,7 +58,7 @@ def one_step(devices, make_model_fn, input_batch, spec=None, accumulate_steps=1,
                 input_batch(), make_model_fn,
                 testing_utils.optimization(initial_learning_rate=1.0, optimizer="sgd",
                                            accumulate_steps=accumulate_steps),
-                devices, 64, variable_device="/cpu:0", all_reduce=spec)
+                testing_utils.sharing_of(devices, spec), 64)
         logits = tf.concat([tower.outputs.logits for tower in built.towers], 0)
         trainable = tf1.trainable_variables()
         names = sorted(v.op.name for v in tf1.global_variables()
@@ -171,8 +171,9 @@ class TinyInceptionTest(unittest.TestCase):
         checkpoint = testing_utils.save_initial_weights(ONE, testing_utils.cpu_session_config(4))
 
         def step(devices, groups=None):
-            return one_step(devices, functools.partial(network.make_model_fn, TINY,
-                                                       batch_norm_groups=groups),
+            return one_step(devices, functools.partial(
+                network.make_model_fn, TINY,
+                options=network.TowerOptions(batch_norm_groups=groups)),
                             fixed_batch(TINY.image_size), checkpoint=checkpoint)
         reference, synced, unsynced = step(ONE), step(FOUR, groups_of(4, 4)), step(FOUR)
         self.assertEqual(synced[3], reference[3])  # the same variables, the same names

@@ -271,7 +271,7 @@ class DeviceCreationTest(unittest.TestCase):
             "        pipeline.InputBatch(tf.zeros([4, 75, 75, 3]), tf.zeros([4], tf.int32),\n"
             "                            tf.constant(0, tf.int64), tf.no_op()),\n"
             "        functools.partial(network.make_model_fn, testing_utils.TINY_INCEPTION),\n"
-            "        testing_utils.optimization(), ['/cpu:0'], 8)\n"
+            "        testing_utils.optimization(), testing_utils.sharing_of(['/cpu:0']), 8)\n"
             "print(hardware.eager_devices_created())\n")
         self.assertEqual(created, ["False", "True"])
 

@@ -22,8 +22,9 @@ def build(stage_inputs):
     return step_graph.build_train_graph(
         testing_utils.synthetic_input(BATCH),
         lambda decay: testing_utils.small_conv_model_fn(),
-        testing_utils.optimization(initial_learning_rate=0.01), DEVICES, 64,
-        stage_inputs=stage_inputs)
+        testing_utils.optimization(initial_learning_rate=0.01),
+        testing_utils.sharing_of(DEVICES), 64,
+        step_graph.StepOptions(stage_inputs=stage_inputs))
 
 
 def tower_losses(stage_inputs, steps=5):

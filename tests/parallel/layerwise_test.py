@@ -324,7 +324,7 @@ def step_graph_run(devices, optimizer, steps=3, adapt=False):
     with tf.Graph().as_default():
         built = step_graph.build_train_graph(
             testing_utils.synthetic_input(8), lambda decay: testing_utils.small_conv_model_fn(),
-            optimization, devices, 64)
+            optimization, testing_utils.sharing_of(devices), 64)
         stage = built.stages[0]
         data_loss = tf.reduce_mean([tower.data_loss() for tower in built.towers])
         with tf1.Session(config=testing_utils.cpu_session_config(2)) as session:

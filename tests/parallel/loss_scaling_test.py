@@ -82,8 +82,8 @@ class LossScalingTest(unittest.TestCase):
                                               iterator.initializer)
             built = step_graph.build_train_graph(
                 input_batch, lambda decay: testing_utils.small_conv_model_fn(),
-                testing_utils.optimization(), ["/cpu:0", "/cpu:1"], 64,
-                initial_loss_scale=1024.0)
+                testing_utils.optimization(), testing_utils.sharing_of(["/cpu:0", "/cpu:1"]), 64,
+                step_graph.StepOptions(initial_loss_scale=1024.0))
             weights = [v for v in tf1.trainable_variables() if v.op.name == "net/conv/kernel"][0]
             scale = [v for v in tf1.global_variables() if v.op.name == "loss_scale/scale"][0]
             step_op = built.stages[0].train_op

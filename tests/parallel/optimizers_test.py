@@ -77,7 +77,7 @@ def run_plan(train_dir, plan, max_steps=100, log=None):
         return step_graph.build_train_graph(testing_utils.synthetic_input(BATCH),
                                             lambda decay: gan_model_fn,
                                             testing_utils.optimization(plan=plan),
-                                            ["/cpu:0", "/cpu:1"], 64)
+                                            testing_utils.sharing_of(["/cpu:0", "/cpu:1"]), 64)
     settings = settings_lib.LoopSettings(train_dir=train_dir, max_steps=max_steps,
                                          log_every_n_steps=1, save_summaries_steps=0,
                                          save_checkpoint_steps=2, save_interval_secs=0)
@@ -173,7 +173,7 @@ class PlanErrorsTest(unittest.TestCase):
             step_graph.build_train_graph(testing_utils.synthetic_input(BATCH),
                                          lambda decay: gan_model_fn,
                                          testing_utils.optimization(plan=plan),
-                                         ["/cpu:0", "/cpu:1"], 64)
+                                         testing_utils.sharing_of(["/cpu:0", "/cpu:1"]), 64)
 
     def test_tower_name_scope_matches_no_variable(self):
         plan = plans.plan_from_scopes(["tower_1/discriminator"])

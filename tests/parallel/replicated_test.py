@@ -49,7 +49,8 @@ def train(tower_devices, spec=None, plan=None, accumulate_steps=1, steps=STEPS,
     with tf.Graph().as_default():
         built = step_graph.build_train_graph(
             testing_utils.synthetic_input(batch), lambda decay: model_fn,
-            optimization, tower_devices, 64, initial_loss_scale=loss_scale, all_reduce=spec)
+            optimization, testing_utils.sharing_of(tower_devices, spec), 64,
+            step_graph.StepOptions(initial_loss_scale=loss_scale))
         config = testing_utils.cpu_session_config(max(len(tower_devices), 2))
         with tf1.Session(config=config) as session:
             session.run([tf1.global_variables_initializer(), built.input_initializer])
@@ -164,8 +165,8 @@ class RollbackTest(unittest.TestCase):
             def build(mode=mode):
                 return step_graph.build_train_graph(
                     nan_batch(7), lambda decay: testing_utils.small_conv_model_fn(),
-                    testing_utils.optimization(initial_learning_rate=0.01), TWO, 64,
-                    all_reduce=mode)
+                    testing_utils.optimization(initial_learning_rate=0.01),
+                    testing_utils.sharing_of(TWO, mode), 64)
             lines = []
             settings = settings_lib.LoopSettings(
                 train_dir=testing_utils.temp_dir("rollback"), max_steps=12,

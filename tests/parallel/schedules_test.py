@@ -130,7 +130,8 @@ class GraphScheduleTest(unittest.TestCase):
         with tf.Graph().as_default():
             built = step_graph.build_train_graph(
                 testing_utils.synthetic_input(8), lambda decay: testing_utils.small_conv_model_fn(),
-                optimization, ["/cpu:0", "/cpu:1"], 64, max_steps=40)
+                optimization, testing_utils.sharing_of(["/cpu:0", "/cpu:1"]), 64,
+                step_graph.StepOptions(max_steps=40))
             rate = built.stages[0].learning_rate
             with tf1.Session(config=testing_utils.cpu_session_config(2)) as session:
                 session.run(tf1.global_variables_initializer())

@@ -167,7 +167,7 @@ def one_update(accumulate_steps, devices, batch=8):
     with tf.Graph().as_default():
         built = step_graph.build_train_graph(
             testing_utils.synthetic_input(batch), lambda decay: testing_utils.small_conv_model_fn(),
-            optimization, devices, 16)
+            optimization, testing_utils.sharing_of(devices), 16)
         ops = built.stages[0]
         with tf1.Session(config=testing_utils.cpu_session_config(2)) as session:
             session.run([tf1.global_variables_initializer(), built.input_initializer])
@@ -208,7 +208,7 @@ class AccumulationTest(unittest.TestCase):
             built = step_graph.build_train_graph(
                 testing_utils.synthetic_input(12),
                 lambda decay: testing_utils.small_conv_model_fn(), optimization,
-                ["/cpu:0", "/cpu:1"], 16)
+                testing_utils.sharing_of(["/cpu:0", "/cpu:1"]), 16)
             norms = [tensor.op for tensor in built.stages[0].tower_gradient_norms.op.inputs]
             copies = tf1.get_collection(micro_batches.MICRO_BATCH_INPUTS)
         self.assertEqual(len(norms), 6)  # 3 micro-batches x 2 towers

@@ -165,7 +165,7 @@ def tiny_inception_regularization(num_towers, compute_dtype):
         images = tf.zeros([2 * num_towers, 75, 75, 3])
         labels = tf.zeros([2 * num_towers], tf.int32)
         model_fn = network.make_model_fn(testing_utils.TINY_INCEPTION, 0.99,
-                                         compute_dtype=compute_dtype)
+                                         network.TowerOptions(compute_dtype=compute_dtype))
         towers.build_towers(model_fn, towers.split_batch((images, labels), num_towers),
                             [f"/cpu:{index}" for index in range(num_towers)])
         regularization = towers.regularization_loss()

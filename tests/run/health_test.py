@@ -77,7 +77,7 @@ def build_graph_fn(learning_rate=0.01, optimizer="rmsprop", marked_batch=None,
             marked_batches(marked_batch), lambda decay: model_fn,
             testing_utils.optimization(initial_learning_rate=learning_rate,
                                        optimizer=optimizer),
-            [f"/cpu:{i}" for i in range(NUM_TOWERS)], 64)
+            testing_utils.sharing_of([f"/cpu:{i}" for i in range(NUM_TOWERS)]), 64)
     return build
 
 

@@ -177,7 +177,8 @@ class ConverterFailureTest(unittest.TestCase):
             with self.assertRaises(model_files.ConversionError) as raised:
                 saved_model.export_saved_model(
                     checkpoint_path, settings_lib.TrainSettings(model=model), (), export_dir,
-                    logits_fn=unconvertible_logits, formats=("saved_model", format_name))
+                    saved_model.VersionContents(formats=("saved_model", format_name)),
+                    logits_fn=unconvertible_logits)
             self.assertIn(cause, str(raised.exception))
             self.assertIn(f"export without {format_name} in --formats", str(raised.exception))
             self.assertNotIn("\n", str(raised.exception))

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+from inception.config import commands
 from inception.config import settings as settings_lib
 from inception.driver import launch
 from inception.serving import saved_model
@@ -36,8 +37,9 @@ def trained_export(name, validation_images):
         log=lambda line: None)
     export_dir = os.path.join(testing_utils.temp_dir(f"{name}_export"), "models")
     version_dir = saved_model.export_training_run(
-        train_dir, export_dir, log=lambda line: None,
-        formats=("saved_model",) + MODEL_FORMATS, calibration_count=20)
+        commands.ExportSettings(train_dir, export_dir=export_dir,
+                                formats=",".join(("saved_model",) + MODEL_FORMATS),
+                                calibration_images=20), log=lambda line: None)
     shards = sorted(os.path.join(data_dir, entry) for entry in os.listdir(data_dir)
                     if entry.startswith("validation-"))
     return version_dir, tiny_eval.validation_bytes(shards)

@@ -290,9 +290,9 @@ class ClassifyTest(unittest.TestCase):
             serving_graph.saver.save(session, checkpoint_path, write_meta_graph=False)
         stored = settings_lib.TrainSettings(model=MODEL)
         export_dir = os.path.join(testing_utils.temp_dir("tiny_export"), "models")
-        version_dir = saved_model.export_saved_model(checkpoint_path, stored, ("a", "b", "c"),
-                                                     export_dir, top_k=2, logits_fn=tiny_logits,
-                                                     max_pixels=9999)
+        version_dir = saved_model.export_saved_model(
+            checkpoint_path, stored, ("a", "b", "c"), export_dir,
+            saved_model.VersionContents(top_k=2, max_pixels=9999), logits_fn=tiny_logits)
         loaded = tf.saved_model.load(version_dir)
         baked = loaded.prune([], f"{saved_model.LIMIT_CONSTANT}:0")
         self.assertEqual(int(baked()), 9999)

@@ -16,6 +16,7 @@ from absl.testing import absltest
 from PIL import Image
 
 from data import demo_data
+from inception.config import commands
 from inception.config import settings as settings_lib
 from inception.driver import launch
 from inception.inputs import preprocessing
@@ -86,8 +87,7 @@ class TrainedRun:
             image_size=75, depth_multiplier=0.1, batch_size=4, num_towers=1,
             save_checkpoint_steps=1), log=lambda line: None)
         self.export_dir = os.path.join(testing_utils.temp_dir("export"), "models")
-        self.version_dir = saved_model.export_training_run(self.train_dir, self.export_dir,
-                                                           log=lambda line: None)
+        self.version_dir = export(self.train_dir, self.export_dir)
         self.serve = tf.saved_model.load(self.version_dir).signatures
         self.shards = sorted(tf.io.gfile.glob(os.path.join(self.data_dir, "validation-*")))
         self.images_bytes = tiny_eval.validation_bytes(self.shards)
@@ -204,12 +204,11 @@ class ExportTest(unittest.TestCase):
     def test_exporting_again_never_overwrites_a_version(self):
         before = os.path.getmtime(os.path.join(self.version_dir, "saved_model.pb"))
         with self.assertRaisesRegex(saved_model.ExportError, "exists already"):
-            saved_model.export_training_run(self.train_dir, self.export_dir, log=lambda line: None)
+            export(self.train_dir, self.export_dir)
         self.assertEqual(os.path.getmtime(os.path.join(self.version_dir, "saved_model.pb")),
                          before)
-        older = saved_model.export_training_run(
-            self.train_dir, self.export_dir, os.path.join(self.train_dir, "model.ckpt-2"),
-            log=lambda line: None)
+        older = export(self.train_dir, self.export_dir,
+                       checkpoint_path=os.path.join(self.train_dir, "model.ckpt-2"))
         self.assertEqual(sorted(os.listdir(self.export_dir)), ["2", "3"])
         self.assertEqual(tf_models.saved_model_version(self.export_dir), self.version_dir)
         shutil.rmtree(older)
@@ -225,7 +224,7 @@ class ExportTest(unittest.TestCase):
                  (self.train_dir, a_file, saved_model.ExportError, "is a file")]
         for source, export_dir, kind, message in cases:
             with self.assertRaisesRegex(kind, message):
-                saved_model.export_training_run(source, export_dir, log=lambda line: None)
+                export(source, export_dir)
             self.assertFalse(os.path.exists(target))
         with self.assertRaisesRegex(tf_models.ModelSourceError, "neither an export"):
             tf_models.open_model(testing_utils.temp_dir("nothing"), log=lambda line: None)
@@ -241,9 +240,7 @@ class CopiedRunExportTest(unittest.TestCase):
         originals = [os.path.join(RUN.train_dir, f"model.ckpt-{step}") for step in (1, 2, 3)]
         tf1.train.update_checkpoint_state(copy, originals[-1], originals)
         changed = scaled_weights(os.path.join(copy, "model.ckpt-3"), factor=2.0)
-        version = saved_model.export_training_run(
-            copy, os.path.join(testing_utils.temp_dir("copy_export"), "models"),
-            log=lambda line: None)
+        version = export(copy, os.path.join(testing_utils.temp_dir("copy_export"), "models"))
         exported = saved_model_variables(version)
         average = "/ExponentialMovingAverage"
         self.assertTrue(any(name + average in changed for name in exported))
@@ -261,7 +258,15 @@ class CopiedRunExportTest(unittest.TestCase):
         with self.assertRaisesRegex(saved_model.ExportError,
                                     f"^cannot write in --export_dir={target} .*Read-only file "
                                     "system.*; pass a directory you can write.$"):
-            saved_model.export_training_run(RUN.train_dir, target, log=lambda line: None)
+            export(RUN.train_dir, target)
+
+
+def export(train_dir, export_dir, **options):
+    """saved_model.export_training_run of `train_dir` into `export_dir` (commands.ExportSettings
+    `options`), quietly."""
+    return saved_model.export_training_run(
+        commands.ExportSettings(train_dir, export_dir=export_dir, **options),
+        log=lambda line: None)
 
 
 def scaled_weights(prefix, factor):

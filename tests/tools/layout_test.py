@@ -1,8 +1,8 @@
 """The folder tree shows the architecture, and the BUILD files say so truly: every target's
 deps are what its sources import (tools/build_deps.py), no two module names of the application
-can be confused, no file or function grows past what a reader takes in at once, every
-error meant for users is a common.cli.UserError, the one class the entry points catch, and
-every flag is generated from its setting (default once, help once)."""
+can be confused, no file or function grows past what a reader takes in at once, no function
+takes more than seven parameters, every error meant for users is a common.cli.UserError, the
+one class the entry points catch, and every flag is generated from its setting (default once, help once)."""
 
 import ast
 import collections
@@ -26,6 +26,11 @@ from tools import build_deps
 MAX_MODULE_LINES = 300  # a module of the application (APPLICATION): one role, read at once
 MAX_FILE_LINES = 400  # a test, benchmark or tool
 MAX_FUNCTION_LINES = 60
+# A function of the application takes its inputs whole (a settings section, a dataclass of
+# options): more than this many parameters means a builder is unpacking what it should be given.
+MAX_PARAMETERS = 7
+# Signatures someone else dictates: tf-slim calls a normalizer_fn with its batch_norm's keywords.
+PARAMETER_EXEMPT = {("inception/model/synced_batch_norm.py", "batch_norm")}
 # An entry point: its flags, their settings and a short main; what runs them lives with its
 # role (inception/driver/entry.py for train.py), as flax's main.py keeps to its flags.
 MAX_ENTRY_POINT_LINES = 130
@@ -61,6 +66,14 @@ def python_files(root, folders=FIRST_PARTY):
             found.extend(os.path.relpath(os.path.join(directory, name), root)
                          for name in names if name.endswith(".py"))
     return sorted(found)
+
+
+def parameter_count(arguments):
+    """How many parameters a caller fills: self and cls left out, *args and **kwargs one each."""
+    names = [arg.arg for arg in arguments.posonlyargs + arguments.args + arguments.kwonlyargs]
+    if names and names[0] in ("self", "cls"):
+        names = names[1:]
+    return len(names) + (arguments.vararg is not None) + (arguments.kwarg is not None)
 
 
 class LayoutTest(unittest.TestCase):
@@ -134,6 +147,16 @@ class LayoutTest(unittest.TestCase):
                         length = node.end_lineno - node.lineno + 1
                         self.assertLessEqual(length, MAX_FUNCTION_LINES,
                                              f"{node.name} has {length} lines")
+
+    def test_no_application_function_takes_more_than_seven_parameters(self):
+        for path in python_files(self.root, APPLICATION):
+            with open(os.path.join(self.root, path), encoding="utf-8") as handle:
+                tree = ast.parse(handle.read(), path)
+            for node in ast.walk(tree):
+                if (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                        and (path, node.name) not in PARAMETER_EXEMPT):
+                    with self.subTest(path=path, function=node.name):
+                        self.assertLessEqual(parameter_count(node.args), MAX_PARAMETERS)
 
     def test_every_error_class_is_a_user_error_and_entry_points_catch_only_that(self):
         bases = {}

@@ -9,6 +9,7 @@ import tensorflow as tf
 from absl.testing import absltest
 
 from common import cli
+from inception.config import commands
 from inception.config import settings as settings_lib
 from inception.driver import launch
 from inception.serving import saved_model
@@ -41,8 +42,9 @@ class RamFileSystemTest(unittest.TestCase):
             checkpoint_dir=train_dir, run_once=True, batch_size=4), log=lines.append)
         self.assertEqual([(result.step, result.num_examples) for result in results], [(3, 4)])
         self.assertTrue(tf.io.gfile.isdir(f"{train_dir}/eval_validation"))
-        version = saved_model.export_training_run(train_dir, "ram://remote/export",
-                                                  log=lines.append)
+        version = saved_model.export_training_run(
+            commands.ExportSettings(train_dir, export_dir="ram://remote/export"),
+            log=lines.append)
         self.assertTrue(tf.io.gfile.exists(f"{version}/saved_model.pb"))
 
     def test_entry_points_keep_urls_as_they_are(self):

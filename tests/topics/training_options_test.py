@@ -183,9 +183,9 @@ class ClassWeightTest(unittest.TestCase):
         built = []
         original = pipeline.build_train_input
 
-        def spy(*args, **kwargs):
-            built.append(kwargs["sampling_weights"])
-            return original(*args, **kwargs)
+        def spy(stream, *args, **kwargs):
+            built.append(stream.sampling_weights)
+            return original(stream, *args, **kwargs)
         with mock.patch.object(pipeline, "build_train_input", spy):
             # One tower: the draws come from the label counts, not from the towers.
             result, lines = tiny_run(testing_utils.temp_dir("balanced_sampling"), max_steps=2,

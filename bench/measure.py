@@ -132,8 +132,8 @@ def ours(settings):
     hold_device(settings)
     with tf1.Session(graph=graph, config=placement.session_config()) as session:
         session.run(init)
-        if built.copy_to_replicas is not None:
-            session.run(built.copy_to_replicas)
+        if built.fill_copies is not None:
+            session.run(built.fill_copies)
         if built.input_fill is not None:
             session.run(built.input_fill)
         rounds = timed_rounds(lambda n: [session.run(train_op) for _ in range(n)],

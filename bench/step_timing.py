@@ -51,8 +51,8 @@ def step_times(devices, batch, image_size, depth_multiplier, steps, all_reduce=N
     times = []
     with tf1.Session(config=config) as session:
         session.run(tf1.global_variables_initializer())
-        if built.copy_to_replicas is not None:
-            session.run(built.copy_to_replicas)
+        if built.fill_copies is not None:
+            session.run(built.fill_copies)
         for step in range(steps + 2):
             start = time.perf_counter()
             session.run(built.stages[0].train_op)

@@ -249,8 +249,8 @@ def tiny_inception_steps(devices, config, at_steps, batch=16, compute_dtype=None
             session.run([tf1.global_variables_initializer(), built.input_initializer])
             if restorer:
                 restorer.restore(session, checkpoint)
-            if built.copy_to_replicas is not None:
-                session.run(built.copy_to_replicas)
+            if built.fill_copies is not None:
+                session.run(built.fill_copies)
             if built.input_fill is not None:
                 session.run(built.input_fill)
             return _recorded_steps(session, graph, built.stages[0], at_steps)

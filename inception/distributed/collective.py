@@ -31,7 +31,7 @@ from inception.distributed.connections import TaskLostError
 from inception.distributed.member import ClusterMember
 from inception.distributed.member import step_shape
 from inception.loop import guards
-from inception.loop import replica as replica_lib
+from inception.loop import worker_hooks as hooks_lib
 from inception.loop import resume
 from inception.parallel import all_reduce
 from inception.parallel import copies as copies_lib
@@ -39,8 +39,8 @@ from inception.parallel.devices import HOST_DEVICE
 from inception.parallel import sharing
 
 tf1 = tf.compat.v1
-# A worker's vote: one count per replica_lib.STOP_REASONS, then its non-finite tower losses.
-STOP_REASONS = replica_lib.STOP_REASONS
+# A worker's vote: one count per hooks_lib.STOP_REASONS, then its non-finite tower losses.
+STOP_REASONS = hooks_lib.STOP_REASONS
 
 CHIEF_DEVICE = "/job:worker/replica:0/task:0"
 
@@ -57,7 +57,7 @@ def collective_config(config):
 class CollectiveWorker(ClusterMember):
     """The hooks `session_loop.run_training` calls for one worker of a cluster without
     parameter servers (see the module docstring). Construct it before building the graph and
-    pass it to run_training as `replica`; the graph is built with its `variable_sharing`."""
+    pass it to run_training as `worker`; the graph is built with its `variable_sharing`."""
 
     _shape_source = "the workers have on average"
 
@@ -142,7 +142,7 @@ class CollectiveWorker(ClusterMember):
         try:
             with self._watchdog.around(timeout, "the start-up broadcast"):
                 _, shapes = session.run((self._ops["broadcast"], self._ops["step_shapes"]),
-                                        options=replica_lib.run_options(timeout))
+                                        options=hooks_lib.run_options(timeout))
         except tf.errors.DeadlineExceededError:
             raise ClusterError(
                 f"worker {self.settings.task_id}: the model did not reach every worker within "
@@ -164,7 +164,7 @@ class CollectiveWorker(ClusterMember):
     def run_step(self, session, fetches, step, metadata=None):
         """One step of every worker; returns (fetched values, step + 1).
 
-        Raises replica_lib.PeerStopped when another worker asked to stop after this step
+        Raises hooks_lib.PeerStopped when another worker asked to stop after this step
         (with the signal that stopped it: a SIGTERM anywhere wins), guards.Diverged when
         another worker's tower loss was not finite, and TaskLostError when a worker is lost or
         the step does not end within step_timeout_secs.
@@ -176,7 +176,7 @@ class CollectiveWorker(ClusterMember):
             with self._watchdog.around(timeout, f"the step after step {step}"):
                 out, counts = session.run(
                     (fetches, votes), feed_dict={self._vote_input: self._vote},
-                    options=replica_lib.run_options(timeout, metadata), run_metadata=metadata)
+                    options=hooks_lib.run_options(timeout, metadata), run_metadata=metadata)
         except tf.errors.OpError as error:
             raise self.explain(error, where, timeout) from None
         step += 1
@@ -189,7 +189,7 @@ class CollectiveWorker(ClusterMember):
         if any(stops):
             self._stop_agreed = True
             if not any(self._vote):
-                raise replica_lib.PeerStopped.for_reasons(
+                raise hooks_lib.PeerStopped.for_reasons(
                     step, {reason for reason, count in zip(STOP_REASONS, stops) if count})
         return out, step
 

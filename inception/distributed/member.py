@@ -23,7 +23,7 @@ from inception.distributed.connections import TaskLostError
 from inception.distributed.connections import task_device
 from inception.distributed.connections import unreachable_tasks
 from inception.distributed.watchdog import Watchdog
-from inception.loop import replica as replica_lib
+from inception.loop import worker_hooks as hooks_lib
 
 
 def step_shape(train_graph):
@@ -32,7 +32,7 @@ def step_shape(train_graph):
     return [int(train_graph.examples_per_step), len(train_graph.towers)]
 
 
-class ClusterMember(replica_lib.Replica):
+class ClusterMember(hooks_lib.WorkerHooks):
     """One worker task of a cluster: what its hooks share (see the module docstring).
     `_shape_source`: how check_step_shape names what it compares with.
 
@@ -136,7 +136,7 @@ class ClusterMember(replica_lib.Replica):
     def _run(self, name, session, timeout_secs, where):
         try:
             with self._watchdog.around(timeout_secs, f"{name} ({where})"):
-                return session.run(self._ops[name], options=replica_lib.run_options(timeout_secs))
+                return session.run(self._ops[name], options=hooks_lib.run_options(timeout_secs))
         except tf.errors.OpError as error:
             raise self.explain(error, where, timeout_secs) from None
 
@@ -144,6 +144,6 @@ class ClusterMember(replica_lib.Replica):
         try:
             with self._watchdog.around(SHUTDOWN_TIMEOUT_SECS, str(name)):
                 return session.run(self._ops[name], feed_dict,
-                                   options=replica_lib.run_options(SHUTDOWN_TIMEOUT_SECS))
+                                   options=hooks_lib.run_options(SHUTDOWN_TIMEOUT_SECS))
         except tf.errors.OpError:
             return None

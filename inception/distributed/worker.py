@@ -37,7 +37,7 @@ from inception.distributed.connections import unreachable_tasks
 from inception.distributed.member import ClusterMember
 from inception.distributed.member import step_shape
 from inception.loop import guards
-from inception.loop import replica as replica_lib
+from inception.loop import worker_hooks as hooks_lib
 from inception.parallel import sharing
 
 tf1 = tf.compat.v1
@@ -56,7 +56,7 @@ class ClusterWorker(ClusterMember):
     Construct it before building the graph (it starts the task's server, which must be up for
     the parameter servers to see this worker), build the graph with its `variable_sharing`
     (its optimizer wrapper is used once: one-stage plans only) and pass the object itself to
-    run_training as `replica`. `on_stuck`: see ClusterMember.
+    run_training as `worker`. `on_stuck`: see ClusterMember.
     """
 
     def __init__(self, settings, server_config, log=print, on_stuck=None):
@@ -144,7 +144,7 @@ class ClusterWorker(ClusterMember):
             try:
                 limit = PROBE_INTERVAL_SECS * 5
                 with self._watchdog.around(limit, "connecting"):
-                    session.run(self._ops["ping"], options=replica_lib.run_options(limit))
+                    session.run(self._ops["ping"], options=hooks_lib.run_options(limit))
                 return self._closing(session)
             except tf.errors.OpError:
                 session.close()
@@ -202,7 +202,7 @@ class ClusterWorker(ClusterMember):
         timeout = self.settings.startup_timeout_secs + self.settings.step_timeout_secs
         while True:
             try:
-                session.run(self._ops["update"], options=replica_lib.run_options(timeout))
+                session.run(self._ops["update"], options=hooks_lib.run_options(timeout))
             except tf.errors.OpError as error:
                 # Lost tasks and the end of training reach the main thread too; anything
                 # else (e.g. workers built with different flags) only shows up here.
@@ -214,7 +214,7 @@ class ClusterWorker(ClusterMember):
     def run_step(self, session, fetches, step, metadata=None):
         """One synchronous step; returns (fetched values, global step after the update).
 
-        Raises replica_lib.PeerStopped when another task ended the training (a worker closed
+        Raises hooks_lib.PeerStopped when another task ended the training (a worker closed
         the token queue, or a signal's flag is set: with the reason it set), TaskLostError
         when a task is lost or the update does not come in time.
         """
@@ -225,13 +225,13 @@ class ClusterWorker(ClusterMember):
         try:
             with self._watchdog.around(timeout, f"the step after step {step}"):
                 out, flags_set = session.run((fetches, self._ops["stop_flags"]),
-                                             options=replica_lib.run_options(timeout, metadata),
+                                             options=hooks_lib.run_options(timeout, metadata),
                                              run_metadata=metadata)
         except tf.errors.OutOfRangeError as error:
             if self._update_failures:
                 raise self.explain(error, where) from None
             if self._try_run("tokens_closed", session):
-                raise replica_lib.PeerStopped.for_reasons(
+                raise hooks_lib.PeerStopped.for_reasons(
                     int(self._run("global_step", session, SHUTDOWN_TIMEOUT_SECS, where)),
                     reasons_set(self._try_run("stop_flags", session) or {})) from None
             raise
@@ -239,8 +239,8 @@ class ClusterWorker(ClusterMember):
             raise self.explain(error, where, timeout) from None
         self._steps_run += 1
         step = int(self._run("global_step", session, SHUTDOWN_TIMEOUT_SECS, where))
-        if replica_lib.first_signal(reasons_set(flags_set)) and self._stop_reason is None:
-            raise replica_lib.PeerStopped.for_reasons(step, reasons_set(flags_set))
+        if hooks_lib.first_signal(reasons_set(flags_set)) and self._stop_reason is None:
+            raise hooks_lib.PeerStopped.for_reasons(step, reasons_set(flags_set))
         return out, step
 
     def explain(self, error, where, timeout=None):

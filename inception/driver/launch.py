@@ -23,7 +23,7 @@ from inception.inputs import pipeline
 from inception.inputs import service
 from inception.inputs import shares
 from inception.inputs import synthetic
-from inception.loop import replica as replica_lib
+from inception.loop import worker_hooks as hooks_lib
 from inception.loop import resume
 from inception.loop import session_loop
 from inception.model import network
@@ -64,7 +64,7 @@ def _describe_randomness(data):
     return f"; seed {data.seed}" + (", deterministic ops" if data.deterministic else "")
 
 
-def graph_builder(run, replica, learning_rate=None, service_input=None):
+def graph_builder(run, worker, learning_rate=None, service_input=None):
     """build_graph() for session_loop.run_training: input pipeline (on the tf.data service
     with `service_input`), towers, stages (every stage at `learning_rate`, a tensor, when
     given: the range test).
@@ -85,10 +85,10 @@ def graph_builder(run, replica, learning_rate=None, service_input=None):
         seed = resolution.input_seed(settings)
         position = shares.position_variable() if cluster else None  # placed as a variable
         host = devices.HOST_DEVICE
-        with tf.device(replica.local_device(host) if replica else host):
+        with tf.device(worker.local_device(host) if worker else host):
             input_batch = train_input(run, batch, seed, position, share, service_input)
         mixing_seed = pipeline.fresh_seed() if seed is None else seed
-        variable_sharing = (replica.variable_sharing(placement) if replica  # one per graph
+        variable_sharing = (worker.variable_sharing(placement) if worker  # one per graph
                             else sharing.on_one_machine(placement))
         return step_graph.build_train_graph(
             input_batch, functools.partial(
@@ -228,25 +228,25 @@ def _run_training(run, log, on_stuck):
     if input_line:
         log(cli.timestamped(input_line))
     config = run.placement.session_config()
-    replica = (distributed.start_worker(settings.cluster, config, log, on_stuck)
+    worker = (distributed.start_worker(settings.cluster, config, log, on_stuck)
                if settings.cluster is not None else None)
-    if replica is not None and service_input:
-        replica.input_service = service_input.address
+    if worker is not None and service_input:
+        worker.input_service = service_input.address
     validation = None
     try:
         validation = in_training.build(settings, run.dataset, config, log)
-        return session_loop.run_training(graph_builder(run, replica, service_input=service_input),
+        return session_loop.run_training(graph_builder(run, worker, service_input=service_input),
                                          config, settings.loop,
                                          run.make_initializer, log=log,
-                                         replica=replica or _timed_steps(settings),
+                                         worker=worker or _timed_steps(settings),
                                          validation=validation)
     except tf.errors.OpError as error:
         input_error = damaged.explain(error) or explain_determinism(error)
         if input_error is not None:
             raise input_error from None
-        if replica is None:
+        if worker is None:
             raise
-        raise replica.explain(error, "while training") from None
+        raise worker.explain(error, "while training") from None
     finally:
         if validation is not None:
             validation.close()
@@ -258,7 +258,7 @@ def _timed_steps(settings):
     source = settings.input_source
     if not source.input_service:
         return None
-    return replica_lib.TimedReplica(
+    return hooks_lib.TimedWorkerHooks(
         source.input_service_timeout_secs, FIRST_STEP_EXTRA_SECS,
         lambda step, waited: service.lost_service_error(source.input_service, step, waited))
 

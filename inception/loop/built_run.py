@@ -30,13 +30,13 @@ class BuiltRun:
     keep_position: object  # callable(session, restore): resume.keeping_input_position
 
 
-def build_run(build_graph, settings, replica, checkpoint, make_initializer, log):
-    """The run's BuiltRun: its graph (`build_graph()`, inside `replica`'s device scope), the
+def build_run(build_graph, settings, worker, checkpoint, make_initializer, log):
+    """The run's BuiltRun: its graph (`build_graph()`, inside `worker`'s device scope), the
     Saver of every saved variable, and how it starts: resumed from `checkpoint`, fresh (then
-    `make_initializer()`'s initializer runs), or, on a non-chief replica, by waiting for the
+    `make_initializer()`'s initializer runs), or, on a non-chief worker, by waiting for the
     chief. `settings`: settings.LoopSettings."""
     graph = tf.Graph()
-    with graph.as_default(), replica.device_scope():
+    with graph.as_default(), worker.device_scope():
         train_graph = build_graph()
         saved_variables = copies_lib.saved_variables(tf1.global_variables())
         # Relative names in TensorFlow's `checkpoint` file: the directory stays usable when it
@@ -45,8 +45,8 @@ def build_run(build_graph, settings, replica, checkpoint, make_initializer, log)
             saved_variables, max_to_keep=settings.keep_checkpoints, name="saver",
             keep_checkpoint_every_n_hours=settings.keep_checkpoint_every_n_hours or 1e6,
             save_relative_paths=True)
-        if not replica.is_chief:
-            start = replica.wait_until_ready
+        if not worker.is_chief:
+            start = worker.wait_until_ready
         elif checkpoint:
             start = resume.prepare_resume(checkpoint, train_graph, saved_variables, log)
         else:
@@ -58,16 +58,16 @@ def build_run(build_graph, settings, replica, checkpoint, make_initializer, log)
         health = guards.VariableHealth(saved_variables)
         local_init = tf1.local_variables_initializer()
         keep_position = resume.keeping_input_position(train_graph)
-        replica.build(train_graph)
+        worker.build(train_graph)
         graph.finalize()
     if checkpoint:
         saver.recover_last_checkpoints(RunDirectory(settings.train_dir).listed())
     return BuiltRun(graph, train_graph, saver, start, health, local_init, keep_position)
 
 
-def start_session(session, built, checkpoint, replica, log):
+def start_session(session, built, checkpoint, worker, log):
     """Initializes or restores, starts the input (the first batch staged on the devices) and
-    the replica; returns the step training continues from."""
+    the worker; returns the step training continues from."""
     step = built.start(session)
     if checkpoint:
         reached = health.recorded_progress(RunDirectory(os.path.dirname(checkpoint)))
@@ -76,5 +76,5 @@ def start_session(session, built, checkpoint, replica, log):
                   else "")
         log(cli.timestamped(f"resumed from {checkpoint} (step {step}){redone}"))
     resume.start_input(session, built.train_graph, built.local_init)
-    replica.begin(session)
+    worker.begin(session)
     return step

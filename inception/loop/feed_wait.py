@@ -36,7 +36,7 @@ class InputWaitProbe:
     def metadata(self, step, due, last):
         """A RunMetadata for the update that reaches `step`, when a loss line is `due` after it,
         the graph reads input, and it is the run's `last` or TRACE_GAP_STEPS after the last
-        traced one (or before it: a rollback); else None. Pass it to Replica.run_step, then to
+        traced one (or before it: a rollback); else None. Pass it to WorkerHooks.run_step, then to
         `record`."""
         if not (due and self.readers):
             return None

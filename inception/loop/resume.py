@@ -89,8 +89,8 @@ def keeping_input_position(train_graph):
 def fill_copies(session, train_graph):
     """Sets every device's copies to the variables' values (replicated variables; nothing
     otherwise): after anything that initializes or restores the variables."""
-    if train_graph.copy_to_replicas is not None:
-        session.run(train_graph.copy_to_replicas)
+    if train_graph.fill_copies is not None:
+        session.run(train_graph.fill_copies)
 
 
 def prepare_resume(checkpoint, train_graph, saved_variables, log):

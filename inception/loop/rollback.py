@@ -23,13 +23,13 @@ class Rollbacks:
     Args:
       session: the loop's session; built: its built_run.BuiltRun (the Saver, the
         step_graph.TrainGraph, the run's start and resume.keeping_input_position's callable).
-      run_dir: run.directory.RunDirectory; replica: loop.replica.Replica (a non-chief sets
+      run_dir: run.directory.RunDirectory; worker: loop.worker_hooks.WorkerHooks (a non-chief sets
         nothing aside); settings: settings.LoopSettings; log: callable(str).
     """
 
-    def __init__(self, session, built, run_dir, replica, settings, log):
+    def __init__(self, session, built, run_dir, worker, settings, log):
         self.session, self.saver, self.graph = session, built.saver, built.train_graph
-        self.run_dir, self.replica, self.settings, self.log = run_dir, replica, settings, log
+        self.run_dir, self.worker, self.settings, self.log = run_dir, worker, settings, log
         self.restart, self.keep_position = built.start, built.keep_position
         self.count = 0
         self.resumed_from = None  # the checkpoint this run started from
@@ -40,7 +40,7 @@ class Rollbacks:
         --on_nan=rollback has saved its starting weights; a resumed one deletes a copy an
         earlier attempt left."""
         self.resumed_from = checkpoint
-        if self.replica.is_chief:
+        if self.worker.is_chief:
             self.start_kept = True
             if checkpoint is not None or self.settings.on_nan != "rollback":
                 self.drop_start()
@@ -70,7 +70,7 @@ class Rollbacks:
         """Sets aside every checkpoint newer than the last healthy one after the run diverged
         at `failed_step` (`watch`: the loop's guards.LossWatch); returns (the last healthy
         checkpoint or None, those set aside)."""
-        if not self.replica.is_chief:
+        if not self.worker.is_chief:
             return None, []
         healthy = self.run_dir.health.last_healthy(watch.first_bad_weights(failed_step))
         newer = sorted((path for path in self.run_dir.candidates()

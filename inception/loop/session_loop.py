@@ -19,7 +19,7 @@ from inception.loop import dashboard
 from inception.loop import guards
 from inception.loop import log_notes
 from inception.loop import profiling
-from inception.loop import replica as replica_lib
+from inception.loop import worker_hooks as hooks_lib
 from inception.loop import rollback
 from inception.loop.cadence import LoopCadences
 from inception.loop.stop_request import StopRequest
@@ -51,7 +51,7 @@ class TrainResult:
 
 
 def run_training(build_graph, session_config, settings, make_initializer=None, log=print,
-                 replica=None, validation=None):
+                 worker=None, validation=None):
     """Builds the graph with `build_graph()` and trains until `settings.max_steps`.
 
     Resumes from the newest checkpoint in `settings.train_dir` that restores and holds finite
@@ -72,7 +72,7 @@ def run_training(build_graph, session_config, settings, make_initializer=None, l
       session_config: tf.compat.v1.ConfigProto (devices for the towers); log: callable(str).
       settings: settings.LoopSettings, its max_steps filled (settings.with_defaults).
       make_initializer: optional callable() -> callable(session), for a fresh start only.
-      replica: Replica; None trains on this machine alone. A non-chief replica neither reads
+      worker: WorkerHooks; None trains on this machine alone. A non-chief worker neither reads
         nor writes `train_dir`: it waits for the chief to initialize the shared variables.
       validation: validation.in_training.TrainingValidation, or None: scores the checkpoint
         saved at each step it is due for and at the end; it may stop the run early.
@@ -81,14 +81,14 @@ def run_training(build_graph, session_config, settings, make_initializer=None, l
       TrainResult. Raises guards.DivergenceError, and
       checkpoint_io.CheckpointError when no checkpoint restores or one cannot be written.
     """
-    replica = replica or replica_lib.Replica()
+    worker = worker or hooks_lib.WorkerHooks()
     run_dir = RunDirectory(settings.train_dir)
     checkpoint = None
-    if replica.is_chief:
+    if worker.is_chief:
         tf.io.gfile.makedirs(settings.train_dir)
         run_dir.remove_interrupted_saves(log)
         checkpoint = run_dir.newest_usable(log, set_aside=True)
-    built = built_run.build_run(build_graph, settings, replica, checkpoint,
+    built = built_run.build_run(build_graph, settings, worker, checkpoint,
                                 make_initializer, log)
     # The graphs' Python objects live as long as the run: frozen, the garbage collector stops
     # rescanning them whenever work between steps (a validation) makes many short-lived objects
@@ -96,48 +96,48 @@ def run_training(build_graph, session_config, settings, make_initializer=None, l
     gc.collect()
     gc.freeze()
     try:
-        return _train_built(built, session_config, settings, checkpoint, replica, log,
+        return _train_built(built, session_config, settings, checkpoint, worker, log,
                             validation)
     finally:
         gc.unfreeze()
 
 
-def _train_built(built, session_config, settings, checkpoint, replica, log, validation):
+def _train_built(built, session_config, settings, checkpoint, worker, log, validation):
     for name in built.train_graph.skipped_variables:
         log(f"note: no loss reaches variable {name}; it is left out of the update.")
     end_step = min(settings.max_steps, built.train_graph.plan.total_steps or settings.max_steps)
-    with replica.open_session(built.graph, session_config) as session:
+    with worker.open_session(built.graph, session_config) as session:
         try:
-            step = built_run.start_session(session, built, checkpoint, replica, log)
+            step = built_run.start_session(session, built, checkpoint, worker, log)
             if step >= end_step:
                 log(f"{settings.train_dir} is already at step {step}, the end of this run "
                     f"(--max_steps={settings.max_steps}); nothing to train. Raise --max_steps "
                     "or use a new --train_dir.")
                 return TrainResult(step=step, checkpoint=checkpoint)
             loop = _Loop(session, built, dataclasses.replace(settings, max_steps=end_step),
-                         replica, log, validation)
+                         worker, log, validation)
             return loop.run(step, checkpoint)
         finally:
-            replica.finish(session)
+            worker.finish(session)
 
 
 class _Loop:
     """One run of the training loop over an open session: steps, logs, summaries, the
     divergence checks, rollbacks and checkpoints."""
 
-    def __init__(self, session, built, settings, replica, log, validation):
+    def __init__(self, session, built, settings, worker, log, validation):
         self.session, self.saver, self.graph = session, built.saver, built.train_graph
-        self.settings, self.replica, self.log = settings, replica, log
+        self.settings, self.worker, self.log = settings, worker, log
         self.validation, self.health = validation, built.health
         self.run_dir = RunDirectory(settings.train_dir)
-        self.writer = replica_lib.NoSummaryWriter()
+        self.writer = hooks_lib.NoSummaryWriter()
         self.watch = guards.LossWatch()
-        self.rollbacks = rollback.Rollbacks(session, built, self.run_dir, replica, settings,
+        self.rollbacks = rollback.Rollbacks(session, built, self.run_dir, worker, settings,
                                             log)
         self.unverified = None  # the newest checkpoint whose first step has not run yet
         self.last_loss = self.last_norm = float("nan")
         self.profiler = profiling.StepProfiler(
-            settings.profile_steps if replica.is_chief else None, settings.train_dir, log)
+            settings.profile_steps if worker.is_chief else None, settings.train_dir, log)
         self.lines = log_notes.LossLines(built.train_graph, session.graph, log, self._scalar,
                                          settings.max_steps)
 
@@ -147,7 +147,7 @@ class _Loop:
         self.rollbacks.begin(checkpoint)
         self.unverified = checkpoint
         self.clock = health.RunClock(self.run_dir, resumed=checkpoint is not None)
-        if self.replica.is_chief:
+        if self.worker.is_chief:
             self.writer = tf1.summary.FileWriter(
                 settings.train_dir, self.session.graph if checkpoint is None else None)
             self.writer.add_summary(dashboard.layout_summary(), step)
@@ -165,11 +165,11 @@ class _Loop:
         now = time.time()
         cadences = LoopCadences(self.settings, step, now)
         saved_step, stage_index, early = step, None, False
-        action = ("saving a checkpoint after this step and stopping" if self.replica.is_chief
+        action = ("saving a checkpoint after this step and stopping" if self.worker.is_chief
                   else "stopping after this step")
         with StopRequest(self.log, action) as stop:
             while step < self.settings.max_steps and \
-                    not self.replica.agree_to_stop(
+                    not self.worker.agree_to_stop(
                         stop.signal_number if stop.requested else None, early):
                 if self.graph.plan.stage_index_at(step) != stage_index:
                     stage_index = self.graph.plan.stage_index_at(step)
@@ -188,7 +188,7 @@ class _Loop:
                     step = saved_step = self._recover(diverged, result)
                     cadences.restart(step, time.time())
             result.step = step
-            if step != saved_step and self.replica.is_chief:
+            if step != saved_step and self.worker.is_chief:
                 try:
                     result.checkpoint = self._save(step)
                 except guards.Diverged as diverged:
@@ -220,8 +220,8 @@ class _Loop:
         metadata = self.lines.trace_for(step, cadences)
         try:
             with self.profiler.around_update(step):
-                out, step = self.replica.run_step(self.session, fetches, step, metadata)
-        except replica_lib.PeerStopped as ended:
+                out, step = self.worker.run_step(self.session, fetches, step, metadata)
+        except hooks_lib.PeerStopped as ended:
             result.stopped_by_peer = ended.step < self.settings.max_steps
             result.stopped_early = ended.early
             result.peer_signal = ended.signal_number
@@ -260,7 +260,7 @@ class _Loop:
     def _maybe_log(self, step, cadences, result):
         """The loss line when due, and the notes that follow it (log_notes.LossLines)."""
         if self.lines.maybe_log(self.session, step, cadences, result.last_mean_loss) and \
-                self.replica.is_chief:
+                self.worker.is_chief:
             self.clock.record(step)
 
     def _scalar(self, tag, value, step):
@@ -270,12 +270,12 @@ class _Loop:
     def _save(self, step):
         """Checks every variable, then writes the checkpoint of `step` and what the loop knew of
         it (run.health.SaveRecord); returns its path."""
-        self.replica.before_save(self.session)
+        self.worker.before_save(self.session)
         bad = self.health.non_finite(self.session)
         if bad:
             raise guards.Diverged(step, variables=bad)
         path = self.run_dir.save(self.saver, self.session, step, self.health.checkpoint_bytes)
-        if self.replica.is_chief:
+        if self.worker.is_chief:
             self.run_dir.health.record_save(path, SaveRecord(
                 step=step, loss=self.last_loss, gradient_norm=self.last_norm,
                 smoothed_loss=self.watch.smoothed, climbing=self.watch.climbing), self.log)

@@ -118,10 +118,10 @@ def fill_op(variables):
     copies)."""
     originals = {v.op.name: v for v in variables if not is_copy(v)}
     assignments = []
-    with tf.name_scope("copy_to_replicas"):
+    with tf.name_scope("fill_copies"):
         for variable in variables:
             match = _COPY_NAME.match(variable.op.name)
             if match:
                 with tf.device(variable.device):
                     assignments.append(variable.assign(originals[match.group(2)]))
-    return tf.group(*assignments, name="copy_to_replicas")
+    return tf.group(*assignments, name="fill_copies")

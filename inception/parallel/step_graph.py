@@ -62,7 +62,7 @@ class TrainGraph:
     loss_scaled: dynamic loss scaling is on (fp16): a step whose gradients overflow skips its
     update by design, so only a non-finite loss means divergence.
     examples_per_step: the input batch of one step (this task's global batch).
-    copy_to_replicas: with replicated variables, the op that fills every device's copies from
+    fill_copies: with replicated variables, the op that fills every device's copies from
     the variables themselves (copies.VariableCopies.fill_op): run after every initialization
     or restore; None with variables on one device.
     input_position: the examples trained on so far (pipeline.InputBatch.position; each step
@@ -79,7 +79,7 @@ class TrainGraph:
     examples_per_step: int = None
     input_fill: tf.Operation = None
     loss_scaled: bool = False
-    copy_to_replicas: tf.Operation = None
+    fill_copies: tf.Operation = None
     input_position: tf.Variable = None
     clipped_updates: tf.Variable = None
     towers: tuple = ()
@@ -157,7 +157,7 @@ def build_train_graph(input_batch, make_model_fn, optimization, sharing, example
                       loss_scaled=loss_scale is not None,
                       input_fill=staged.put_op if staged else None,
                       input_position=input_batch.position, towers=tuple(towers),
-                      copy_to_replicas=sharing.fill_op(),
+                      fill_copies=sharing.fill_op(),
                       clipped_updates=shared.clipped_updates and shared.clipped_updates.counter)
 
 

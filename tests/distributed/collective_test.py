@@ -121,7 +121,7 @@ class _Worker:
                     sess.run(self.perturb)
                 self.before = sess.run(self.saved)
                 sess.run(self.broadcast, options=tf1.RunOptions(timeout_in_ms=60_000))
-                sess.run(self.built.copy_to_replicas)
+                sess.run(self.built.fill_copies)
                 self.after_broadcast = sess.run(self.saved)
                 ops = self.built.stages[0]
                 for _ in range(steps):
@@ -271,7 +271,7 @@ class CollectiveLoopTest(unittest.TestCase):
                     config, settings_lib.LoopSettings(
                         train_dir=train_dir, max_steps=max_steps,
                         save_summaries_steps=0, save_checkpoint_steps=0),
-                    log=lines[task].append, replica=worker)
+                    log=lines[task].append, worker=worker)
             except Exception as error:  # pylint: disable=broad-except
                 outcomes[task] = error
         threads = [threading.Thread(target=run, args=(task,)) for task in range(2)]

@@ -69,8 +69,8 @@ def one_step(devices, make_model_fn, input_batch, spec=None, accumulate_steps=1,
             session.run([tf1.global_variables_initializer(), built.input_initializer])
             if checkpoint:
                 tf1.train.Saver(trainable).restore(session, checkpoint)
-            if built.copy_to_replicas is not None:
-                session.run(built.copy_to_replicas)
+            if built.fill_copies is not None:
+                session.run(built.fill_copies)
             before = session.run(trainable)
             _, logit_values = session.run([built.stages[0].train_op, logits])
             gradients = {v.op.name: old - new

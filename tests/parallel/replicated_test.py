@@ -54,8 +54,8 @@ def train(tower_devices, spec=None, plan=None, accumulate_steps=1, steps=STEPS,
         config = testing_utils.cpu_session_config(max(len(tower_devices), 2))
         with tf1.Session(config=config) as session:
             session.run([tf1.global_variables_initializer(), built.input_initializer])
-            if built.copy_to_replicas is not None:
-                session.run(built.copy_to_replicas)
+            if built.fill_copies is not None:
+                session.run(built.fill_copies)
             losses = []
             for step in range(steps):
                 ops = built.stages[built.plan.stage_index_at(step)]

@@ -1,4 +1,4 @@
-"""The plain Replica: the one-machine behaviour of every hook the training loop calls (a
+"""The plain WorkerHooks: the one-machine behaviour of every hook the training loop calls (a
 cluster worker's overrides: distributed/distributed_test)."""
 
 import unittest
@@ -7,7 +7,7 @@ from unittest import mock
 import tensorflow as tf
 from absl.testing import absltest
 
-from inception.loop import replica as replica_lib
+from inception.loop import worker_hooks as hooks_lib
 from tests import testing_utils
 
 tf1 = tf.compat.v1
@@ -16,29 +16,29 @@ tf1 = tf.compat.v1
 class ReplicaTest(unittest.TestCase):
 
     def setUp(self):
-        self.replica = replica_lib.Replica()
+        self.hooks = hooks_lib.WorkerHooks()
 
     def test_it_is_the_chief(self):
-        self.assertIs(self.replica.is_chief, True)
+        self.assertIs(self.hooks.is_chief, True)
 
     def test_run_step_runs_the_fetches_once_and_counts_the_step(self):
         with tf.Graph().as_default() as graph:
             counter = tf1.get_variable("counter", initializer=tf.constant(0, tf.int64))
             fetches = {"count": counter.assign_add(1), "twice": 2 * counter.read_value()}
-            with self.replica.open_session(graph, tf1.ConfigProto()) as session:
+            with self.hooks.open_session(graph, tf1.ConfigProto()) as session:
                 session.run(tf1.global_variables_initializer())
-                values, step = self.replica.run_step(session, fetches, 41)
+                values, step = self.hooks.run_step(session, fetches, 41)
                 self.assertEqual(step, 42)
                 self.assertEqual(values["count"], 1)
                 self.assertEqual(sorted(values), ["count", "twice"])
                 self.assertEqual(session.run(counter), 1)  # run once, not once per hook
-                self.assertEqual(self.replica.run_step(session, fetches, 42)[1], 43)
+                self.assertEqual(self.hooks.run_step(session, fetches, 42)[1], 43)
 
     def test_open_session_runs_the_given_graph_with_the_given_config(self):
         graph = tf.Graph()
         with graph.as_default():
             value = tf.constant(3) * 2
-        with self.replica.open_session(graph, testing_utils.cpu_session_config(3)) as session:
+        with self.hooks.open_session(graph, testing_utils.cpu_session_config(3)) as session:
             self.assertIsInstance(session, tf1.Session)
             self.assertIs(session.graph, graph)
             self.assertEqual(session.run(value), 6)
@@ -46,12 +46,12 @@ class ReplicaTest(unittest.TestCase):
             self.assertEqual(len(cpus), 3, cpus)  # the config's virtual devices
 
     def test_only_a_non_chief_waits_for_the_chief(self):
-        with self.assertRaisesRegex(NotImplementedError, "only a non-chief replica waits"):
-            self.replica.wait_until_ready(mock.Mock(spec=tf1.Session))
+        with self.assertRaisesRegex(NotImplementedError, "only a non-chief worker waits"):
+            self.hooks.wait_until_ready(mock.Mock(spec=tf1.Session))
 
     def test_device_scope_places_nothing(self):
         with tf.Graph().as_default() as graph:
-            with self.replica.device_scope() as entered:
+            with self.hooks.device_scope() as entered:
                 variable = tf1.get_variable("v", [2])
                 total = tf.reduce_sum(variable)
             self.assertIsNone(entered)
@@ -62,10 +62,10 @@ class ReplicaTest(unittest.TestCase):
         with tf.Graph().as_default() as graph:
             tf.constant(1)
             before = len(graph.get_operations())
-            self.assertIsNone(self.replica.build(mock.Mock(name="train_graph")))
+            self.assertIsNone(self.hooks.build(mock.Mock(name="train_graph")))
             self.assertEqual(len(graph.get_operations()), before)
         session = mock.Mock(spec=tf1.Session)
-        for hook in (self.replica.begin, self.replica.before_save, self.replica.finish):
+        for hook in (self.hooks.begin, self.hooks.before_save, self.hooks.finish):
             self.assertIsNone(hook(session), hook.__name__)
         self.assertEqual(session.mock_calls, [])
 
@@ -73,21 +73,21 @@ class ReplicaTest(unittest.TestCase):
 class PeerStoppedTest(unittest.TestCase):
 
     def test_it_carries_the_step_training_ended_at_and_whether_it_stopped_early(self):
-        stopped = replica_lib.PeerStopped(1200)
+        stopped = hooks_lib.PeerStopped(1200)
         self.assertEqual(stopped.step, 1200)
         self.assertEqual(str(stopped), "training ended by another task at step 1200")
         self.assertFalse(stopped.early)
         self.assertIsNone(stopped.signal_number)
-        self.assertTrue(replica_lib.PeerStopped(1200, early=True).early)
-        self.assertEqual(replica_lib.PeerStopped(1200, signal_number=15).signal_number, 15)
+        self.assertTrue(hooks_lib.PeerStopped(1200, early=True).early)
+        self.assertEqual(hooks_lib.PeerStopped(1200, signal_number=15).signal_number, 15)
 
 
 class AgreeToStopTest(unittest.TestCase):
 
     def test_a_single_process_stops_at_once_for_either_reason(self):
-        replica = replica_lib.Replica()
+        hooks = hooks_lib.WorkerHooks()
         for signal_number, early in ((None, False), (15, False), (None, True), (2, True)):
-            self.assertEqual(replica.agree_to_stop(signal_number, early),
+            self.assertEqual(hooks.agree_to_stop(signal_number, early),
                              signal_number is not None or early)
 
 

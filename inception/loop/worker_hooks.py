@@ -33,7 +33,7 @@ def run_options(timeout_secs=None, metadata=None):
 
 
 class PeerStopped(Exception):
-    """Raised by `Replica.run_step` when the cluster's training ended; `step` is the global step
+    """Raised by `WorkerHooks.run_step` when the cluster's training ended; `step` is the global step
     it ended at (another task stopped it, or max_steps was reached); `early`: the chief's early
     stopping ended it (nothing went wrong); `signal_number`: a signal to another task ended it
     (SIGTERM: a preemption, so every task exits with the restart code), None otherwise."""
@@ -52,7 +52,7 @@ class PeerStopped(Exception):
         return cls(step, early=number is None and "early" in reasons, signal_number=number)
 
 
-class Replica:
+class WorkerHooks:
     """How `run_training` takes part in training: the single-machine behaviour.
 
     distributed.ClusterWorker (beside parameter servers) and distributed.CollectiveWorker (an
@@ -67,7 +67,7 @@ class Replica:
         return contextlib.nullcontext()
 
     def build(self, train_graph):
-        """Adds the replica's own ops to the default graph, after the training graph."""
+        """Adds the worker's own ops to the default graph, after the training graph."""
         del train_graph
 
     def open_session(self, graph, session_config):
@@ -76,7 +76,7 @@ class Replica:
 
     def wait_until_ready(self, session):
         """Non-chief only: waits for the chief to initialize the model; returns the step."""
-        raise NotImplementedError("only a non-chief replica waits for the chief")
+        raise NotImplementedError("only a non-chief worker waits for the chief")
 
     def begin(self, session):
         """Runs once the variables are initialized or restored and the local ones too."""
@@ -90,7 +90,7 @@ class Replica:
 
     def agree_to_stop(self, signal_number, early):
         """Whether the loop stops before its next step, where this task wants to (a signal
-        `signal_number` arrived, or `early` stopping by validation): at once here; a replica
+        `signal_number` arrived, or `early` stopping by validation): at once here; a cluster worker
         whose peers must stop at the same step may ask for one more step first
         (distributed/collective.py)."""
         return signal_number is not None or early
@@ -104,7 +104,7 @@ class Replica:
         del session
 
 
-class TimedReplica(Replica):
+class TimedWorkerHooks(WorkerHooks):
     """The one-machine hooks with a limit on each step: a step that has not ended after
     `timeout_secs` (the first of a start, which builds and warms up everything, gets
     `first_step_extra_secs` more) ends training with the error `make_error(step, waited_secs)`
@@ -128,7 +128,7 @@ class TimedReplica(Replica):
 
 
 class NoSummaryWriter:
-    """Stands in for the FileWriter on replicas that write no files."""
+    """Stands in for the FileWriter on workers that write no files."""
 
     def add_summary(self, summary, step):
         del summary, step

@@ -31,7 +31,7 @@ from inception.distributed.connections import TaskLostError
 from inception.distributed.member import ClusterMember
 from inception.distributed.member import step_shape
 from inception.loop import guards
-from inception.loop import worker_hooks as hooks_lib
+from inception.loop import hooks as hooks_lib
 from inception.loop import resume
 from inception.parallel import all_reduce
 from inception.parallel import copies as copies_lib

@@ -11,7 +11,7 @@ from common import cli
 from common import error_lines
 from inception.config.cluster import JOBS
 from inception.config.cluster import split_address
-from inception.loop.worker_hooks import STOP_REASONS
+from inception.loop.hooks import STOP_REASONS
 
 tf1 = tf.compat.v1
 

@@ -23,7 +23,7 @@ from inception.distributed.connections import TaskLostError
 from inception.distributed.connections import task_device
 from inception.distributed.connections import unreachable_tasks
 from inception.distributed.watchdog import Watchdog
-from inception.loop import worker_hooks as hooks_lib
+from inception.loop import hooks as hooks_lib
 
 
 def step_shape(train_graph):

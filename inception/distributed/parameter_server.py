@@ -18,8 +18,8 @@ from inception.distributed.connections import start_server
 from inception.distributed.connections import stop_flags
 from inception.distributed.connections import task_device
 from inception.distributed.connections import TaskLostError
-from inception.loop.worker_hooks import first_signal
-from inception.loop.worker_hooks import run_options
+from inception.loop.hooks import first_signal
+from inception.loop.hooks import run_options
 from inception.loop.stop_request import StopRequest
 
 tf1 = tf.compat.v1

@@ -37,7 +37,7 @@ from inception.distributed.connections import unreachable_tasks
 from inception.distributed.member import ClusterMember
 from inception.distributed.member import step_shape
 from inception.loop import guards
-from inception.loop import worker_hooks as hooks_lib
+from inception.loop import hooks as hooks_lib
 from inception.parallel import sharing
 
 tf1 = tf.compat.v1

@@ -23,7 +23,7 @@ from inception.inputs import pipeline
 from inception.inputs import service
 from inception.inputs import shares
 from inception.inputs import synthetic
-from inception.loop import worker_hooks as hooks_lib
+from inception.loop import hooks as hooks_lib
 from inception.loop import resume
 from inception.loop import session_loop
 from inception.model import network

@@ -14,7 +14,7 @@ next record (pipeline._start; a cluster's trainers go on with their job: Service
 
 A lost worker is the service's own business (the dispatcher gives its epoch to another);
 when the dispatcher and every worker are gone, a trainer's read waits forever, so the trainer
-limits each step (loop/worker_hooks.TimedWorkerHooks) and ends with `lost_service_error`.
+limits each step (loop/hooks.TimedWorkerHooks) and ends with `lost_service_error`.
 """
 
 import dataclasses

@@ -23,7 +23,7 @@ class Rollbacks:
     Args:
       session: the loop's session; built: its built_run.BuiltRun (the Saver, the
         step_graph.TrainGraph, the run's start and resume.keeping_input_position's callable).
-      run_dir: run.directory.RunDirectory; worker: loop.worker_hooks.WorkerHooks (a non-chief sets
+      run_dir: run.directory.RunDirectory; worker: loop.hooks.WorkerHooks (a non-chief sets
         nothing aside); settings: settings.LoopSettings; log: callable(str).
     """
 

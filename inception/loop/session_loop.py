@@ -19,7 +19,7 @@ from inception.loop import dashboard
 from inception.loop import guards
 from inception.loop import log_notes
 from inception.loop import profiling
-from inception.loop import worker_hooks as hooks_lib
+from inception.loop import hooks as hooks_lib
 from inception.loop import rollback
 from inception.loop.cadence import LoopCadences
 from inception.loop.stop_request import StopRequest

@@ -46,9 +46,9 @@ import os, runpy, signal, sys, threading, time
 sys.path[:0] = {path!r}
 sys.argv = {argv!r}
 import tensorflow as tf
-from inception.loop import worker_hooks
+from inception.loop import hooks as hooks_lib
 tf1 = tf.compat.v1
-original = worker_hooks.WorkerHooks.run_step
+original = hooks_lib.WorkerHooks.run_step
 
 def long_step(self, session, fetches, step, metadata=None):
     if step == 2:
@@ -62,7 +62,7 @@ def long_step(self, session, fetches, step, metadata=None):
                 waiting.run(take, options=tf1.RunOptions(timeout_in_ms=3_600_000))
         print("long step ended", flush=True)
     return original(self, session, fetches, step, metadata)
-worker_hooks.WorkerHooks.run_step = long_step
+hooks_lib.WorkerHooks.run_step = long_step
 runpy.run_module("inception.train", run_name="__main__")
 """
 
@@ -164,7 +164,7 @@ class LoopPhaseTest(unittest.TestCase):
         train_dir = testing_utils.temp_dir("signal_loop")
         code, stdout, stderr, _ = run_script(DRIVER.format(
             path=sys.path, argv=train_argv(train_dir, max_steps=10**6),
-            target="inception.loop.worker_hooks:WorkerHooks.run_step", signum=int(signal.SIGTERM),
+            target="inception.loop.hooks:WorkerHooks.run_step", signum=int(signal.SIGTERM),
             module="inception.train"))
         self.assertEqual(code, cluster_lib.DEFAULT_RESTART_EXIT_CODE, stderr[-2000:])
         self.assertIn("SIGTERM received: saving a checkpoint after this step and stopping",

@@ -7,7 +7,7 @@ from unittest import mock
 import tensorflow as tf
 from absl.testing import absltest
 
-from inception.loop import worker_hooks as hooks_lib
+from inception.loop import hooks as hooks_lib
 from tests import testing_utils
 
 tf1 = tf.compat.v1

@@ -14,22 +14,23 @@ cli.quiet_tensorflow()
 from absl import app  # noqa: E402  pylint: disable=wrong-import-position
 from absl import flags  # noqa: E402  pylint: disable=wrong-import-position
 
+from common.field_flags import Flag  # noqa: E402  pylint: disable=wrong-import-position
 from data import builder_cli  # noqa: E402  pylint: disable=wrong-import-position
 from data import image_folders  # noqa: E402  pylint: disable=wrong-import-position
 
-builder_cli.define_flags(image_folders.FolderBuildOptions, {
-    "train_dir": "Training images: <train_directory>/<label>/<image>.",
-    "validation_dir": "Validation images: <validation_directory>/<label>/<image>.",
-    "labels_file":
+HELP = builder_cli.define_flags(image_folders.FolderBuildOptions, {
+    "train_dir": Flag("Training images: <train_directory>/<label>/<image>.", path=True),
+    "validation_dir": Flag("Validation images: <validation_directory>/<label>/<image>.", path=True),
+    "labels_file": Flag(
         "One label (= folder name) per line; line i is label i (0 is background). Default: the "
-        "sorted sub-folders of --train_directory.",
+        "sorted sub-folders of --train_directory.", path=True),
 })
 flags.adopt_module_key_flags(builder_cli)  # --help lists them as this program's own
 
 
 def main(argv):
     builder_cli.run_build(argv, image_folders.build_from_folders,
-                          image_folders.FolderBuildOptions)
+                          image_folders.FolderBuildOptions, HELP)
 
 
 if __name__ == "__main__":

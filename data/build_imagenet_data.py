@@ -14,28 +14,30 @@ cli.quiet_tensorflow()
 from absl import app  # noqa: E402  pylint: disable=wrong-import-position
 from absl import flags  # noqa: E402  pylint: disable=wrong-import-position
 
+from common.field_flags import Flag  # noqa: E402  pylint: disable=wrong-import-position
 from data import builder_cli  # noqa: E402  pylint: disable=wrong-import-position
 from data import imagenet  # noqa: E402  pylint: disable=wrong-import-position
 
-builder_cli.define_flags(imagenet.ImageNetBuildOptions, {
-    "train_dir": "Training images: <train_directory>/<synset>/*.JPEG.",
-    "validation_dir":
+HELP = builder_cli.define_flags(imagenet.ImageNetBuildOptions, {
+    "train_dir": Flag("Training images: <train_directory>/<synset>/*.JPEG.", path=True),
+    "validation_dir": Flag(
         "Validation images: flat with --validation_labels_file, else "
-        "<validation_directory>/<synset>/*.JPEG.",
-    "validation_labels_file":
+        "<validation_directory>/<synset>/*.JPEG.", path=True),
+    "validation_labels_file": Flag(
         "One synset per validation image, in sorted file-name order "
-        "(imagenet_2012_validation_synset_labels.txt).",
-    "synsets_file": "The synsets, one per line; line i is label i (0 is background).",
-    "metadata_file": "`<synset><TAB><human-readable name>` lines.",
-    "bounding_box_file":
+        "(imagenet_2012_validation_synset_labels.txt).", path=True),
+    "synsets_file": Flag("The synsets, one per line; line i is label i (0 is background).",
+                         path=True),
+    "metadata_file": Flag("`<synset><TAB><human-readable name>` lines.", path=True),
+    "bounding_box_file": Flag(
         "Box CSV `filename,xmin,ymin,xmax,ymax` from //data:process_bounding_boxes; empty: no "
-        "boxes.",
+        "boxes.", path=True),
 })
 flags.adopt_module_key_flags(builder_cli)  # --help lists them as this program's own
 
 
 def main(argv):
-    builder_cli.run_build(argv, imagenet.build_imagenet, imagenet.ImageNetBuildOptions)
+    builder_cli.run_build(argv, imagenet.build_imagenet, imagenet.ImageNetBuildOptions, HELP)
 
 
 if __name__ == "__main__":

@@ -7,19 +7,17 @@ from absl import flags
 
 from common import cli
 from common import field_flags
+from common.field_flags import Flag
 
 FLAGS = flags.FLAGS
 TABLE = field_flags.FlagTable(
     names={"output_dir": "output_directory", "train_dir": "train_directory",
            "validation_dir": "validation_directory", "synsets_file": "labels_file",
-           "metadata_file": "imagenet_metadata_file"},
-    defaults={"output_dir": ""},
-    paths=frozenset({"output_dir", "train_dir", "validation_dir", "labels_file", "synsets_file",
-                     "metadata_file", "validation_labels_file", "bounding_box_file"}))
+           "metadata_file": "imagenet_metadata_file"})
 SHARED_HELP = {
-    "output_dir":
+    "output_dir": Flag(
         "Where the shards and labels.txt go (created if missing; must not hold shards of the "
-        "same splits, nor another data set's).",
+        "same splits, nor another data set's).", path=True, default=""),
     "train_shards": "Number of training shards.",
     "validation_shards": "Number of validation shards.",
     "max_image_pixels":
@@ -31,19 +29,22 @@ SHARED_HELP = {
 
 def define_flags(options_class, own_help):
     """Defines the flags of the builder whose options dataclass is `options_class`: the shared
-    ones and those `own_help` ({field name: help}) names."""
-    TABLE.define_flags(options_class, {**SHARED_HELP, **own_help})
+    ones and those `own_help` ({field name: Flag or help}) declares; returns the whole help
+    table (for run_build)."""
+    help_table = {**SHARED_HELP, **own_help}
+    TABLE.define_flags(options_class, help_table)
+    return help_table
 
 
-def run_build(argv, build, options_class):
-    """Checks the command line, then `build(options_class(<the flags>), log=...)`; errors
-    become one line (Ctrl-C: exit 130, nothing published)."""
+def run_build(argv, build, options_class, help_table):
+    """Checks the command line, then `build(options_class(<the flags>), log=...)` (the flags
+    `help_table` declares); errors become one line (Ctrl-C: exit 130, nothing published)."""
     if len(argv) > 1:
         cli.fail(f"unexpected arguments {argv[1:]}; flags look like --train_directory=DIR.")
     if not FLAGS.output_directory:
         cli.fail("--output_directory is required: where to write the shards.")
     try:
-        build(options_class(**TABLE.values_of(FLAGS, options_class)), log=cli.log)
+        build(options_class(**TABLE.values_of(FLAGS, options_class, help_table)), log=cli.log)
     except (cli.UserError, OSError) as error:
         cli.fail(error)
     except KeyboardInterrupt as interrupt:  # Ctrl-C or SIGTERM (common.signals)

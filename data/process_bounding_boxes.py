@@ -10,15 +10,16 @@ from absl import flags
 
 from common import cli
 from common import field_flags
+from common.field_flags import Flag
 from data import bounding_boxes
 
 FLAGS = flags.FLAGS
-TABLE = field_flags.FlagTable(names={"annotations_dir": "annotations_directory"},
-                              paths=frozenset({"annotations_dir", "output_file"}))
-TABLE.define_flags(bounding_boxes.BoxCsvOptions, {
-    "annotations_dir": "Folder of ILSVRC XML annotations (searched recursively).",
-    "output_file": "The CSV to write, e.g. imagenet_2012_bounding_boxes.csv.",
-})
+TABLE = field_flags.FlagTable(names={"annotations_dir": "annotations_directory"})
+HELP = {
+    "annotations_dir": Flag("Folder of ILSVRC XML annotations (searched recursively).", path=True),
+    "output_file": Flag("The CSV to write, e.g. imagenet_2012_bounding_boxes.csv.", path=True),
+}
+TABLE.define_flags(bounding_boxes.BoxCsvOptions, HELP)
 
 _SKIPPED_SHOWN = 10
 
@@ -26,7 +27,8 @@ _SKIPPED_SHOWN = 10
 def main(argv):
     if len(argv) > 1:
         cli.fail(f"unexpected arguments {argv[1:]}; flags look like --output_file=FILE.")
-    options = bounding_boxes.BoxCsvOptions(**TABLE.values_of(FLAGS, bounding_boxes.BoxCsvOptions))
+    options = bounding_boxes.BoxCsvOptions(
+        **TABLE.values_of(FLAGS, bounding_boxes.BoxCsvOptions, HELP))
     if not options.annotations_dir or not options.output_file:
         cli.fail("--annotations_directory and --output_file are both required.")
     output_file = options.output_file

@@ -37,8 +37,8 @@ def check_flags(argv):
     """(ClassifySettings, image paths) as the user meant them; one line and exit 2 when
     something is missing, before TensorFlow loads."""
     try:
-        settings = commands.ClassifySettings(
-            **flag_table.values_of(FLAGS, commands.ClassifySettings)).validate()
+        values = flag_table.values_of(FLAGS, commands.ClassifySettings, commands.CLASSIFY_HELP)
+        settings = commands.ClassifySettings(**values).validate()
     except cli.UserError as error:
         return cli.fail(error, 2)
     if len(argv) < 2:

@@ -22,8 +22,8 @@ flags.adopt_module_key_flags(flag_table)  # --help lists them as this program's 
 def settings_from_flags():
     """EvalSettings from the parsed flags, checked (one line and exit 2 for a bad one)."""
     try:
-        return settings_lib.EvalSettings(
-            **flag_table.values_of(FLAGS, settings_lib.EvalSettings)).validate()
+        values = flag_table.values_of(FLAGS, settings_lib.EvalSettings, help_texts.EVAL_HELP)
+        return settings_lib.EvalSettings(**values).validate()
     except cli.UserError as error:
         cli.fail(error, code=2)
 

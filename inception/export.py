@@ -30,7 +30,7 @@ def settings_from_flags():
     before TensorFlow loads."""
     try:
         return commands.ExportSettings(
-            **flag_table.values_of(FLAGS, commands.ExportSettings)).validate()
+            **flag_table.values_of(FLAGS, commands.ExportSettings, commands.EXPORT_HELP)).validate()
     except cli.UserError as error:
         return cli.fail(error, 2)
 

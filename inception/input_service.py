@@ -29,8 +29,8 @@ WORKER_COUNT_EVERY_SECS = 5.0
 def settings_from_flags():
     """InputServiceSettings from the parsed flags, checked (exit 2 and one line if bad)."""
     try:
-        return sources.InputServiceSettings(
-            **flag_table.values_of(FLAGS, sources.InputServiceSettings)).validate()
+        values = flag_table.values_of(FLAGS, sources.InputServiceSettings, sources.SERVICE_HELP)
+        return sources.InputServiceSettings(**values).validate()
     except cli.UserError as error:
         return cli.fail(error, 2)
 

@@ -43,7 +43,8 @@ def cluster_from_flags():
     """(cluster.ClusterSettings from the cluster flags or the scheduler's environment
     (config/environment.py: TF_CONFIG, a JobSet, Slurm), or None for one machine; the restart
     code, checked: a run alone exits with it on SIGTERM too)."""
-    values = flag_table.values_of(FLAGS, cluster_lib.ClusterSettings)
+    values = flag_table.values_of(FLAGS, cluster_lib.ClusterSettings,
+                                  help_texts.CLUSTER_HELP)
     cluster_lib.check_restart_exit_code(values["restart_exit_code"])
     return (cluster_lib.cluster_settings(**values, environment=os.environ),
             values["restart_exit_code"])
@@ -55,11 +56,12 @@ def settings_from_flags(cluster=None):
     --stages or --training_plan."""
     values = {}
     for section in settings_lib.SECTIONS.values():
-        values.update(flag_table.values_of(FLAGS, section))
+        values.update(flag_table.values_of(FLAGS, section, help_texts.TRAIN_HELP))
     if values["class_weight"] not in ("", "balanced"):
         values["class_weight"] = cli.user_path(values["class_weight"])
     values["profile_steps"] = rules.profile_window(values["profile_steps"])
-    values["plan"] = plans.plan_from_flags(**flag_table.values_of(FLAGS, plans.PlanFlags))
+    values["plan"] = plans.plan_from_flags(
+        **flag_table.values_of(FLAGS, plans.PlanFlags, plans.PLAN_HELP))
     return settings_lib.train_settings(cluster=cluster, **values)
 
 
@@ -73,7 +75,8 @@ def checked_settings():
         if cluster is not None and cluster.job_name == "ps":
             return None, cluster, None
         range_settings = commands.RangeTestSettings(
-            **flag_table.values_of(FLAGS, commands.RangeTestSettings)).validate()
+            **flag_table.values_of(FLAGS, commands.RangeTestSettings,
+                                   commands.RANGE_TEST_HELP)).validate()
         return settings_from_flags(cluster).validate(), cluster, range_settings
     except cli.UserError as error:
         cli.fail(error, code=2)

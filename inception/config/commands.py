@@ -8,6 +8,8 @@ once. Export's formats and their rule live here too. Free of TensorFlow.
 import dataclasses
 
 from common import image_limits
+from common.field_flags import Flag
+from inception.config import recipe
 from inception.config import rules
 from inception.config.rules import SettingsError
 
@@ -93,11 +95,12 @@ class ExportSettings:
 
 
 EXPORT_HELP = {
-    "checkpoint_dir": "The --train_dir of the training run to export.",
-    "checkpoint_path":
+    "checkpoint_dir": Flag("The --train_dir of the training run to export.",
+                           path=True, default=recipe.DEFAULT_TRAIN_DIR),
+    "checkpoint_path": Flag(
         "Export this checkpoint (a prefix such as <train_dir>/model.ckpt-1000) instead of the "
-        "newest one.",
-    "export_dir": "Where the versions of the SavedModel go (required).",
+        "newest one.", path=True),
+    "export_dir": Flag("Where the versions of the SavedModel go (required).", path=True),
     "top_k": "How many classes each prediction returns.",
     "formats":
         "Comma-separated formats written into the version folder: saved_model (always), tflite "
@@ -133,10 +136,10 @@ class ClassifySettings:
 
 
 CLASSIFY_HELP = {
-    "model":
+    "model": Flag(
         "An export directory (of //inception:export), a training directory, or a .tflite / "
-        ".onnx file of an export (required).",
-    "output_json": "Also write one JSON line per image to this file.",
+        ".onnx file of an export (required).", path=True),
+    "output_json": Flag("Also write one JSON line per image to this file.", path=True),
     "batch_size": "Images classified together.",
     "max_image_pixels":
         f"Refuse images of more {_PIXELS_HELP} when --model is a training directory; an export "

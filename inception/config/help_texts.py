@@ -1,33 +1,37 @@
-"""The help text of every training, cluster and evaluation flag, by setting name (the flag's
-name is rules.FLAG_NAMES' where it differs). config/flag_table.py makes the flags from the
-settings' fields and these texts. Free of TensorFlow."""
+"""The declaration of every training, cluster and evaluation flag beside its setting's field,
+by setting name (the flag's name is rules.FLAG_NAMES' where it differs): its help, and where it
+has them its choices, that it names a path, and a command-line default of its own
+(common/field_flags.Flag). config/flag_table.py makes the flags from the settings' fields and
+these entries. Free of TensorFlow."""
 
 from common import holdout
+from common.field_flags import Flag
+from inception.config import plans
 from inception.config import recipe
 from inception.config import rules
 from inception.config import sources
 
 TRAIN_HELP = {
-    "train_dir":
+    "train_dir": Flag(
         "Directory for checkpoints, event logs and model_settings.json; training "
-        "resumes from the newest checkpoint here.",
-    "data_dir":
+        "resumes from the newest checkpoint here.", path=True, default=recipe.DEFAULT_TRAIN_DIR),
+    "data_dir": Flag(
         "Directory of TFRecord shards (train-*-of-*), or a folder of "
         "images: <folder>/{train,validation}/<label>/<image>, or <folder>/<label>/"
         "<image> with --validation_fraction (its shards are built once into a cache "
         "and rebuilt when its files change); empty: the embedded demo data set, "
-        "generated on first use.",
+        "generated on first use.", path=True),
     "validation_fraction":
         "For a --data_dir of label folders: the fraction "
         "of each label's images kept for validation (e.g. 0.2; at most "
         f"{holdout.MAX_VALIDATION_FRACTION}).",
-    "dataset":
+    "dataset": Flag(
         "Data set; empty: demo without --data_dir, else read labels.txt there.",
+        choices=("",) + rules.DATASET_NAMES),
     "num_labels":
         "Labels in the data (background excluded); only for "
         "shards without labels.txt that are not imagenet or flowers.",
-    "subset":
-        "Which shards to train on (train-*, validation-*).",
+    "subset": "Which shards to train on (train-*, validation-*).",
     "num_towers":
         "Number of towers: one per GPU (default: every GPU), or "
         "virtual CPU devices when there is no GPU (default 2).",
@@ -60,14 +64,14 @@ TRAIN_HELP = {
     "num_epochs_per_decay":
         "Epochs between learning-rate decays "
         f"(default: {recipe.describe_default('num_epochs_per_decay')}).",
-    "learning_rate_decay_factor":
-        "Learning-rate decay factor.",
-    "learning_rate_scaling":
+    "learning_rate_decay_factor": "Learning-rate decay factor.",
+    "learning_rate_scaling": Flag(
         "How --initial_learning_rate follows the "
         "examples of one update (--batch_size x --accumulate_steps, x the workers of "
         "a cluster): it is the rate for the recipe's base batch of "
         f"{recipe.BASE_BATCH_SIZE}, multiplied by their ratio (linear), its square "
         "root (sqrt, the default), or kept (none). The log prints the rate used.",
+        choices=rules.LEARNING_RATE_SCALINGS),
     "label_smoothing":
         "Label smoothing of the "
         "cross-entropy's targets (0: none; default: the original's "
@@ -87,11 +91,12 @@ TRAIN_HELP = {
     "deterministic":
         "TensorFlow's op determinism: the same command writes "
         "bit-identical checkpoints on the same machine (--seed, 0 if not given).",
-    "precision":
+    "precision": Flag(
         "Arithmetic of the towers: fp32 (TF32 tensor cores on GPUs that have them); "
         "bf16 (GPUs of compute capability 8.0+, or CPUs with AVX512-BF16/AMX); fp16 "
         "(GPUs, with dynamic loss scaling). Variables, loss and averaging stay fp32.",
-    "variable_update":
+        choices=rules.PRECISIONS),
+    "variable_update": Flag(
         "How the towers share the variables: parameter_server (one copy on "
         "--variable_device, or on the parameter servers of a cluster; each step the "
         "towers read it and send their gradients there), replicated (a copy on every "
@@ -99,12 +104,12 @@ TRAIN_HELP = {
         "TensorFlow's collective ring otherwise, also between the workers of a "
         "cluster without --ps_hosts), or auto: on a cluster what it has (parameter "
         "servers or not), replicated with two or more GPUs, else parameter_server. "
-        "See docs/multi-gpu.md.",
-    "variable_device":
+        "See docs/multi-gpu.md.", choices=rules.VARIABLE_UPDATES),
+    "variable_device": Flag(
         "With --variable_update=parameter_server: where the variables, the gradient "
         "averaging and the updates live: cpu (as in the original; the towers read "
         "them from there), gpu (the first GPU), or auto: the GPU when there is one "
-        "GPU, else the CPU. See docs/benchmarks.md.",
+        "GPU, else the CPU. See docs/benchmarks.md.", choices=rules.VARIABLE_DEVICE_CHOICES),
     "all_reduce_buffers":
         "With --variable_update=replicated: the gradients are packed into this many "
         "buffers before the all-reduce (0: one all-reduce per variable).",
@@ -124,75 +129,68 @@ TRAIN_HELP = {
     "xla":
         "Compile the step with XLA auto-clustering (fuses batch norm, "
         "ReLU and friends; slower on this project's CPU, see docs/benchmarks.md).",
-    "strict_input":
-        "Stop on a damaged image instead of skipping it.",
+    "strict_input": "Stop on a damaged image instead of skipping it.",
     "balanced_sampling":
         "Resample the training split toward equal "
         "classes: each record is drawn n / (classes x n_c) times an epoch on average "
         "(rare classes repeated, common ones thinned), epochs keeping their length. "
         "Default: off, each record once an epoch. Not with --class_weight=balanced.",
-    "histograms":
-        "Write gradient and variable histograms (costly).",
+    "histograms": "Write gradient and variable histograms (costly).",
     "profile_steps":
         "Trace these steps of the run with TensorFlow's profiler, "
         "e.g. 20,25 (first,last; one number: that step) into <train_dir>/plugins/"
         "profile, for TensorBoard's Profile tab: trace viewer, op statistics, and "
         "whether the input is the bottleneck (docs/monitoring.md). Default: none; "
         "other steps run as without it. On a cluster the chief traces.",
-    "log_every_n_steps":
-        "Log a loss line every this many steps.",
-    "save_summaries_steps":
-        "Write summaries every this many steps (0: off).",
-    "save_summaries_secs":
-        "Also write summaries every this many seconds.",
-    "save_checkpoint_steps":
-        "Checkpoint every this many steps (0: off).",
-    "save_interval_secs":
-        "Also checkpoint every this many seconds (0: off).",
+    "log_every_n_steps": "Log a loss line every this many steps.",
+    "save_summaries_steps": "Write summaries every this many steps (0: off).",
+    "save_summaries_secs": "Also write summaries every this many seconds.",
+    "save_checkpoint_steps": "Checkpoint every this many steps (0: off).",
+    "save_interval_secs": "Also checkpoint every this many seconds (0: off).",
     "keep_checkpoints":
         "Keep the newest this many checkpoints (older ones "
         "are deleted, over resumed runs too).",
     "keep_checkpoint_every_n_hours":
         "Also keep one checkpoint every this "
         "many hours of training (0: none kept that way).",
-    "on_nan":
+    "on_nan": Flag(
         "When a loss, an update or a variable "
         "becomes NaN/Inf: stop (the newest checkpoint is the last good one), or "
         "rollback to the newest finite checkpoint of this run and go on with the next "
-        "batches.",
+        "batches.", choices=rules.ON_NAN),
     "max_nan_rollbacks":
         "With --on_nan=rollback: stop after this many "
         "rollbacks in one run.",
-    "on_divergence":
+    "on_divergence": Flag(
         "When the smoothed loss "
         "climbs to twice its starting value: warn (one line) or stop.",
+        choices=rules.ON_DIVERGENCE),
     "eval_every_n_steps":
         "Score the validation shards every this many "
         "steps and at the end, in this process (0: never; default: "
         f"{recipe.describe_default('eval_every_n_steps')}); results in "
         "<train_dir>/eval_validation, the best checkpoint in <train_dir>/best.",
-    "eval_batch_size":
-        "Examples per batch of that validation.",
-    "best_metric":
+    "eval_batch_size": "Examples per batch of that validation.",
+    "best_metric": Flag(
         "What makes a checkpoint the best one (loss: the lowest; the others: the "
-        "highest).",
-    "export_best_dir":
+        "highest).", choices=rules.BEST_METRICS),
+    "export_best_dir": Flag(
         "Export each new best checkpoint here as the next "
         "SavedModel version (as //inception:export writes them), for a server "
-        "that watches this directory.",
+        "that watches this directory.", path=True),
     "stop_after_evals_without_improvement":
         "Early stopping: stop (saving "
         "first) after this many validations without a new best (0: never).",
     "warmup_steps":
         "Ramp the learning rate up linearly over this many "
         f"steps (default: {recipe.describe_default('warmup_steps')}).",
-    "optimizer":
+    "optimizer": Flag(
         "The optimizer (default: "
         f"{recipe.describe_default('optimizer')}); a --training_plan stage that names "
         "its own keeps it. lars and lamb, for large global batches, scale each variable's "
         "step by its trust ratio and decay the weights themselves (no L2 term in the loss); "
         "without --initial_learning_rate they start from their own base rates. See "
-        "docs/learning-rate.md (Large batches).",
+        "docs/learning-rate.md (Large batches).", choices=plans.OPTIMIZERS),
     "warmup_epochs":
         "Ramp the learning rate up linearly over this many epochs (instead of "
         "--warmup_steps).",
@@ -200,23 +198,22 @@ TRAIN_HELP = {
         "With --optimizer=lars or lamb: give batch-norm variables and biases the trust ratio "
         "and weight decay too (by default they take plain steps without decay, as MLPerf's "
         "LARS and NVIDIA's LAMB do).",
-    "learning_rate_schedule":
+    "learning_rate_schedule": Flag(
         "After the warm-up: the original's staircase 'exponential' decay (by "
         "--learning_rate_decay_factor every --num_epochs_per_decay epochs), 'cosine' "
         "down to zero at --max_steps, 'polynomial' (squared, down to zero at --max_steps, "
         "as LARS runs use), or 'constant'. A --training_plan stage may name "
-        "its own (over its steps).",
+        "its own (over its steps).", choices=plans.SCHEDULES),
     "accumulate_steps":
         "Micro-batches per update: each update averages "
         "the gradients of this many global batches of --batch_size, so it sees "
         "accumulate_steps x --batch_size examples (the schedule and epochs count "
         "updates).",
-    "augment":
+    "augment": Flag(
         "Augmentation after each "
         "training image's crop, flip and colours: 'randaugment' applies "
-        "--randaugment_ops random operations at --randaugment_magnitude.",
-    "randaugment_ops":
-        "With --augment=randaugment: operations per image.",
+        "--randaugment_ops random operations at --randaugment_magnitude.", choices=rules.AUGMENTS),
+    "randaugment_ops": "With --augment=randaugment: operations per image.",
     "randaugment_magnitude":
         "With --augment=randaugment: their strength, "
         f"0-{rules.MAX_RANDAUGMENT_MAGNITUDE} (10: each operation's full range).",
@@ -231,34 +228,34 @@ TRAIN_HELP = {
         "CutMix: a box of the reversed batch pasted in, its area "
         "from Beta(alpha, alpha) (0: off; 1.0 is common); with --mixup_alpha, one of "
         "the two per batch.",
-    "pretrained_model_checkpoint_path":
+    "pretrained_model_checkpoint_path": Flag(
         "Initialize a fresh --train_dir "
-        "from this checkpoint (ours, or tf-slim's inception_v3.ckpt).",
+        "from this checkpoint (ours, or tf-slim's inception_v3.ckpt).", path=True),
     "fine_tune":
         "With --pretrained_model_checkpoint_path: leave the logits "
         "and aux-logits layers freshly initialized (for another number of classes).",
     "checkpoint_exclude_scopes":
         "Variable scopes not restored from "
         "--pretrained_model_checkpoint_path.",
-    "intra_op_threads":
-        "Threads inside one op (0: TensorFlow decides).",
+    "intra_op_threads": "Threads inside one op (0: TensorFlow decides).",
     "inter_op_threads":
         "Ops run at once (0: TensorFlow decides).",
     **sources.HELP,
 }
 
 CLUSTER_HELP = {
-    "job_name":
+    "job_name": Flag(
         "Training on several machines: this "
         "task's job, ps (parameter server) or worker; empty: this machine alone.",
-    "task_id":
+        choices=("", "ps", "worker"), default=""),
+    "task_id": Flag(
         "Index of this task in --ps_hosts or --worker_hosts; "
-        "worker 0 is the chief (initializes the model, writes every file).",
-    "ps_hosts":
+        "worker 0 is the chief (initializes the model, writes every file).", default=0),
+    "ps_hosts": Flag(
         "Parameter servers, host:port,host:port,...; none: the "
-        "workers keep their own copies and all-reduce the gradients.",
-    "worker_hosts":
-        "Workers, host:port,host:port,...",
+        "workers keep their own copies and all-reduce the gradients.", default=()),
+    "worker_hosts": Flag(
+        "Workers, host:port,host:port,...", default=()),
     "num_replicas_to_aggregate":
         "Gradients averaged into each "
         "synchronous update (default: one from every worker; fewer lets an update "
@@ -279,11 +276,12 @@ CLUSTER_HELP = {
 }
 
 EVAL_HELP = {
-    "checkpoint_dir": "The --train_dir of the training run to evaluate.",
-    "eval_dir":
+    "checkpoint_dir": Flag("The --train_dir of the training run to evaluate.",
+                           path=True, default=recipe.DEFAULT_TRAIN_DIR),
+    "eval_dir": Flag(
         "Where to write eval summaries (default: "
-        "<checkpoint_dir>/eval_<subset>, so TensorBoard shows it beside training).",
-    "data_dir": "Shards to evaluate on (default: the training run's).",
+        "<checkpoint_dir>/eval_<subset>, so TensorBoard shows it beside training).", path=True),
+    "data_dir": Flag("Shards to evaluate on (default: the training run's).", path=True),
     "subset": "Which shards: validation or train.",
     "num_examples": "Evaluate the first this many examples (0: all).",
     "batch_size": "Examples per evaluation batch.",

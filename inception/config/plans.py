@@ -22,6 +22,7 @@ import json
 
 from common import cli
 from common import files
+from common.field_flags import Flag
 
 OPTIMIZERS = ("rmsprop", "momentum", "sgd", "adam", "lars", "lamb")
 # Layer-wise adaptive optimizers (parallel/layerwise.py): their own decoupled weight decay
@@ -137,9 +138,9 @@ PLAN_HELP = {
         "A training plan of stages 'name:steps:scope,scope;...', e.g. "
         "'head:2000:InceptionV3/Logits,InceptionV3/AuxLogits;all' (the last stage may omit "
         "steps and scopes).",
-    "training_plan":
+    "training_plan": Flag(
         "A JSON file with the training plan (stages with steps, scopes, loss_terms, optimizer, "
-        "learning_rate); see docs/stages.md.",
+        "learning_rate); see docs/stages.md.", path=True),
 }
 
 

@@ -15,6 +15,7 @@ BATCH_NORM_DECAY = 0.9997  # of the batch-norm moving statistics (warmed up: ste
 MOVING_AVERAGE_DECAY = 0.9999  # of the weights evaluation restores
 EVAL_CENTRAL_FRACTION = 0.875  # evaluation and serving keep this central part of an image
 EVAL_BATCH_SIZE = 100  # examples per evaluation batch, in training and in //inception:eval
+DEFAULT_TRAIN_DIR = "/tmp/inception_train"  # where a run goes, and eval and export look
 
 # The original's optimizer; the other optimizers a stage may name keep their usual constants.
 ORIGINAL_OPTIMIZER = "rmsprop"

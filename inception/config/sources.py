@@ -7,6 +7,7 @@ Free of TensorFlow.
 
 import dataclasses
 
+from common.field_flags import Flag
 from inception.config.rules import SettingsError
 
 SERVICE_PROTOCOL = "grpc://"
@@ -105,6 +106,6 @@ SERVICE_HELP = {
     "dispatcher": "host:port of a dispatcher running elsewhere: start only workers here, "
                   "which join it.",
     "worker_port": "First port of the workers (the next ones count up); 0: any free port.",
-    "work_dir": "Directory of the dispatcher's journal: a dispatcher restarted with the same "
-                "--work_dir and --port takes its jobs up again (fault-tolerant mode).",
+    "work_dir": Flag("Directory of the dispatcher's journal: a dispatcher restarted with the same "
+                "--work_dir and --port takes its jobs up again (fault-tolerant mode).", path=True),
 }

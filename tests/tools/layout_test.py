@@ -2,7 +2,8 @@
 deps are what its sources import (tools/build_deps.py), no two module names of the application
 can be confused, no file or function grows past what a reader takes in at once, no function
 takes more than seven parameters, every error meant for users is a common.cli.UserError, the
-one class the entry points catch, and every flag is generated from its setting (default once, help once)."""
+one class the entry points catch, and every flag is generated from its setting (default once,
+help once)."""
 
 import ast
 import collections
@@ -14,6 +15,7 @@ import unittest
 from absl import flags
 from absl.testing import absltest
 
+from common import field_flags
 from inception.config import cluster as cluster_lib
 from inception.config import commands
 from inception.config import flag_table
@@ -208,10 +210,10 @@ class LayoutTest(unittest.TestCase):
                 flag_table.define_flags(sections, help_table, values)
                 for name, field in fields.items():
                     flag = values[rules.FLAG_NAMES.get(name, name)]
-                    want = flag_table.flag_default(field)
+                    want = flag_table.flag_default(field, help_table[name])
                     self.assertEqual(flag.default, list(want) if isinstance(want, tuple)
                                      else want, name)
-                    self.assertIn(help_table[name], flag.help)
+                    self.assertIn(field_flags.declared(help_table[name]).help, flag.help)
 
     def test_entry_points_define_no_flag_of_their_own(self):
         for path in FLAGS_FROM_FIELDS:

@@ -229,7 +229,7 @@ def _run_training(run, log, on_stuck):
         log(cli.timestamped(input_line))
     config = run.placement.session_config()
     worker = (distributed.start_worker(settings.cluster, config, log, on_stuck)
-               if settings.cluster is not None else None)
+              if settings.cluster is not None else None)
     if worker is not None and service_input:
         worker.input_service = service_input.address
     validation = None

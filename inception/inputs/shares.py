@@ -41,9 +41,10 @@ def take_share(records, share, chunk):
 
 def start(position, examples_per_epoch, service=None):
     """(the position variable or None, the epoch to start reading in, the records of it to
-    skip): where a training stream (pipeline.py) starts reading, at `position` when `examples_per_epoch` tracks it; from the
-    `service`, at a whole epoch: the first after it that nothing was read from, or, for a job
-    that does not start from the position (service.ServiceInput), the first."""
+    skip): where a training stream (pipeline.py) starts reading, at `position` when
+    `examples_per_epoch` tracks it; from the `service`, at a whole epoch: the first after it
+    that nothing was read from, or, for a job that does not start from the position
+    (service.ServiceInput), the first."""
     if not examples_per_epoch:
         return None, 0, 0
     if position is None:

@@ -31,9 +31,9 @@ def measure(configuration, batch, micro_batches, image_size, depth_multiplier, s
     from inception.config import settings  # pylint: disable=import-outside-toplevel
     from inception.inputs import pipeline  # pylint: disable=import-outside-toplevel
     from inception.model import network  # pylint: disable=import-outside-toplevel
-    from inception.parallel import micro_batches as micro  # pylint: disable=import-outside-toplevel
+    from inception.step import micro_batches as micro  # pylint: disable=import-outside-toplevel
     from inception.parallel import sharing  # pylint: disable=import-outside-toplevel
-    from inception.parallel import step_graph  # pylint: disable=import-outside-toplevel
+    from inception.step import step_graph  # pylint: disable=import-outside-toplevel
 
     tf1 = tf.compat.v1
     tf1.disable_eager_execution()

@@ -106,7 +106,7 @@ def ours(settings):
     from inception.inputs import datasets  # pylint: disable=import-outside-toplevel
     from inception.model import network  # pylint: disable=import-outside-toplevel
     from inception.parallel import sharing  # pylint: disable=import-outside-toplevel
-    from inception.parallel import step_graph  # pylint: disable=import-outside-toplevel
+    from inception.step import step_graph  # pylint: disable=import-outside-toplevel
     batch, size = settings["batch_size"], settings["image_size"]
     placement = _placement(settings)
     stage_inputs = settings.get("stage_inputs", placement.stage_inputs)

@@ -30,7 +30,7 @@ def step_times(devices, batch, image_size, depth_multiplier, steps, all_reduce=N
     from inception.inputs import pipeline  # pylint: disable=import-outside-toplevel
     from inception.model import network  # pylint: disable=import-outside-toplevel
     from inception.parallel import sharing  # pylint: disable=import-outside-toplevel
-    from inception.parallel import step_graph  # pylint: disable=import-outside-toplevel
+    from inception.step import step_graph  # pylint: disable=import-outside-toplevel
 
     tf1 = tf.compat.v1
     tf1.disable_eager_execution()

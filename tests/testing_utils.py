@@ -19,8 +19,8 @@ from inception.inputs import pipeline
 from inception.model import network
 from inception.parallel import gradients as gradients_lib
 from inception.parallel import sharing
-from inception.parallel import step_graph
 from inception.parallel import towers
+from inception.step import step_graph
 
 tf1 = tf.compat.v1
 

@@ -1,7 +1,7 @@
 """Training plans: which variables (by variable scope), which loss terms and which optimizer
 each stage of training uses, and for how many steps. Free of TensorFlow, so the entry point
 turns --trainable_scopes, --stages or a --training_plan file into one TrainingPlan before
-TensorFlow loads; parallel/optimizers.py builds a plan's variable selection and optimizers.
+TensorFlow loads; step/optimizers.py builds a plan's variable selection and optimizers.
 
 A plan is a list of stages run one after the other, e.g. "train the new head for 2000 steps,
 then everything". The stage of a step follows from the global step alone, so a resumed run
@@ -25,10 +25,10 @@ from common import files
 from common.field_flags import Flag
 
 OPTIMIZERS = ("rmsprop", "momentum", "sgd", "adam", "lars", "lamb")
-# Layer-wise adaptive optimizers (parallel/layerwise.py): their own decoupled weight decay
+# Layer-wise adaptive optimizers (step/layerwise.py): their own decoupled weight decay
 # replaces the loss's L2 term in the stages they update.
 LAYERWISE_OPTIMIZERS = ("lars", "lamb")
-SCHEDULES = ("exponential", "cosine", "polynomial", "constant")  # parallel/schedules.py
+SCHEDULES = ("exponential", "cosine", "polynomial", "constant")  # step/schedules.py
 
 
 class PlanError(cli.UserError):

@@ -21,7 +21,7 @@ DEFAULT_TRAIN_DIR = "/tmp/inception_train"  # where a run goes, and eval and exp
 ORIGINAL_OPTIMIZER = "rmsprop"
 RMSPROP_DECAY = 0.9
 RMSPROP_MOMENTUM = 0.9
-# LARS and LAMB (parallel/layerwise.py): LARS's trust coefficient (You et al. 2017), each one's
+# LARS and LAMB (step/layerwise.py): LARS's trust coefficient (You et al. 2017), each one's
 # decoupled weight decay (LAMB's is the LAMB paper's BERT value), LAMB's epsilon, and their
 # base learning rates for BASE_BATCH_SIZE (a step moves a layer by about rate x eta (LARS) or
 # rate (LAMB) of its weights' norm), used when a run names no rate; measured: docs/learning-rate.md.
@@ -37,7 +37,7 @@ LEARNING_RATE_DECAY_FACTOR = 0.16  # per --num_epochs_per_decay, staircase
 # The examples of one update the default learning rates are for (--learning_rate_scaling).
 BASE_BATCH_SIZE = 32
 
-# Dynamic loss scaling of fp16 towers (parallel/loss_scaling.py): start high, halve on an
+# Dynamic loss scaling of fp16 towers (step/loss_scaling.py): start high, halve on an
 # overflow, double after this many good steps (as Keras's LossScaleOptimizer does).
 INITIAL_LOSS_SCALE = 2.0 ** 15
 LOSS_SCALE_GROWTH_INTERVAL = 2000

@@ -70,7 +70,7 @@ class OptimizationSettings:
     """How variables are updated: the plan, its optimizer and the learning-rate schedule.
 
     plan: plans.TrainingPlan (None: every variable in one stage); optimizer: for the stages
-    that name none. learning_rate_schedule: one of SCHEDULES (parallel/schedules.py); the
+    that name none. learning_rate_schedule: one of SCHEDULES (step/schedules.py); the
     exponential one is initial_learning_rate * decay_factor ** floor(step / decay_steps), with
     decay_steps = steps_per_epoch * num_epochs_per_decay; each is multiplied by
     min(1, (step + 1) / warmup_steps) while warming up (0: none; or warmup_epochs, in epochs).

@@ -30,10 +30,10 @@ from inception.model import network
 from inception.model import synced_batch_norm
 from inception.parallel import devices
 from inception.parallel import sharing
-from inception.parallel import step_graph
 from inception.run import checkpoint_io
 from inception.run.directory import RunDirectory
 from inception.run.lock import exclusive_run
+from inception.step import step_graph
 from inception.validation import in_training
 
 FIRST_STEP_EXTRA_SECS = 600  # a start's first step also builds, initializes and warms up

@@ -11,9 +11,9 @@ from common import cli
 from inception.loop import guards
 from inception.loop import resume
 from inception.parallel import copies as copies_lib
-from inception.parallel import step_graph as step_graph_lib
 from inception.run import health
 from inception.run.directory import RunDirectory
+from inception.step import step_graph as step_graph_lib
 
 tf1 = tf.compat.v1
 

@@ -6,7 +6,7 @@ import re
 from tensorboard.plugins.custom_scalar import layout_pb2
 from tensorboard.plugins.custom_scalar import summary as custom_scalar_summary
 
-from inception.config import tags
+from inception.run import tags
 
 
 def _chart(title, *patterns):

@@ -6,8 +6,8 @@ gradient clipping clipped, and (once a run) a traced step that waited long for i
 import time
 
 from common import cli
-from inception.config import tags
 from inception.loop import feed_wait
+from inception.run import tags
 
 
 class LossLines:

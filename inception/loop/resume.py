@@ -9,8 +9,8 @@ import os
 import tensorflow as tf
 
 from common import error_lines
-from inception.parallel import averages
 from inception.run import checkpoint_io
+from inception.step import averages
 
 tf1 = tf.compat.v1
 

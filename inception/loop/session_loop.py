@@ -13,7 +13,6 @@ import numpy as np
 import tensorflow as tf
 
 from common import cli
-from inception.config import tags
 from inception.loop import built_run
 from inception.loop import dashboard
 from inception.loop import guards
@@ -23,10 +22,11 @@ from inception.loop import hooks as hooks_lib
 from inception.loop import rollback
 from inception.loop.cadence import LoopCadences
 from inception.loop.stop_request import StopRequest
-from inception.parallel import step_graph as step_graph_lib
+from inception.run import tags
 from inception.run import health
 from inception.run.directory import RunDirectory
 from inception.run.health import SaveRecord
+from inception.step import step_graph as step_graph_lib
 
 tf1 = tf.compat.v1
 

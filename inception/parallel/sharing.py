@@ -32,7 +32,6 @@ from inception.config import rules
 from inception.parallel import all_reduce as all_reduce_lib
 from inception.parallel import copies as copies_lib
 from inception.parallel import gradients as gradients_lib
-from inception.parallel import loss_scaling
 from inception.parallel import towers as towers_lib
 from inception.parallel.devices import HOST_DEVICE
 
@@ -71,7 +70,7 @@ class VariableSharing:
 
     def update_ops(self, optimizer, grads_and_vars, global_step, moving_average, loss_scale):
         """Ops applying `grads_and_vars` with `optimizer` and then the moving averages of the
-        variables they update; with `loss_scale` (loss_scaling.LossScale), only when every
+        variables they update; with `loss_scale` (step/loss_scaling.py's LossScale), only when every
         gradient is finite."""
         trained = [variable for _, variable in grads_and_vars]
 
@@ -82,8 +81,7 @@ class VariableSharing:
 
         if loss_scale is None:
             return apply_and_average()
-        return [loss_scaling.apply_if_finite(grads_and_vars, apply_and_average, global_step,
-                                             loss_scale)]
+        return [loss_scale.apply_if_finite(grads_and_vars, apply_and_average, global_step)]
 
     def fill_op(self):
         """The op to run after every initialization or restore, or None when nothing needs

@@ -18,9 +18,9 @@ import tensorflow as tf
 
 from common import cli
 from common import error_lines
-from inception.config import tags
 from inception.inputs import datasets
 from inception.loop import cadence
+from inception.run import tags
 from inception.run import best as best_lib
 from inception.run.checkpoint_io import CheckpointError
 from inception.serving import saved_model

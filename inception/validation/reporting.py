@@ -4,7 +4,7 @@ and the result lines."""
 
 import os
 
-from inception.config import tags
+from inception.run import tags
 from inception.validation import per_class
 from inception.validation import scoring
 

@@ -12,13 +12,13 @@ import numpy as np
 import tensorflow as tf
 
 from common.progress import ProgressBar
-from inception.config import tags
 from inception.inputs import pipeline
 from inception.model import network
 from inception.parallel.devices import HOST_DEVICE
+from inception.run import tags
 from inception.run import checkpoint_io
-from inception.validation import per_class
 from inception.run.checkpoint_io import step_of
+from inception.validation import per_class
 
 tf1 = tf.compat.v1
 

@@ -22,12 +22,12 @@ from inception.config import settings as settings_lib
 from inception.distributed import collective
 from inception.inputs import pipeline
 from inception.loop import guards
-from inception.model import synced_batch_norm
 from inception.loop import session_loop
+from inception.model import synced_batch_norm
 from inception.parallel import all_reduce
 from inception.parallel import copies as copies_lib
-from inception.parallel import step_graph
 from inception.run.directory import RunDirectory
+from inception.step import step_graph
 from tests import faults
 from tests import testing_utils
 from tests.model import small_models

@@ -12,7 +12,7 @@ from inception.config import recipe
 from inception.config import settings as settings_lib
 from inception.driver import launch
 from inception.driver import resolution
-from inception.parallel import micro_batches
+from inception.step import micro_batches
 from tests import testing_utils
 
 tf1 = tf.compat.v1

@@ -13,7 +13,7 @@ from inception.config import settings as settings_lib
 from inception.inputs import pipeline
 from inception.loop import feed_wait
 from inception.loop import session_loop
-from inception.parallel import step_graph
+from inception.step import step_graph
 from tests import testing_utils
 
 tf1 = tf.compat.v1

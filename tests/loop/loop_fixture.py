@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from inception.config import settings as settings_lib
 from inception.loop import session_loop
-from inception.parallel import step_graph
+from inception.step import step_graph
 from tests import testing_utils
 
 tf1 = tf.compat.v1

@@ -18,7 +18,7 @@ from inception.inputs import pipeline
 from inception.model import network
 from inception.model import synced_batch_norm
 from inception.parallel import all_reduce
-from inception.parallel import step_graph
+from inception.step import step_graph
 from tests import skips
 from tests import testing_utils
 from tests.model import small_models

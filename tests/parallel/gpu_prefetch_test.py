@@ -9,7 +9,7 @@ from absl.testing import absltest
 from inception.config import settings as settings_lib
 from inception.loop import session_loop
 from inception.parallel import gpu_prefetch
-from inception.parallel import step_graph
+from inception.step import step_graph
 from tests import testing_utils
 
 tf1 = tf.compat.v1

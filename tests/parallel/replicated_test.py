@@ -17,7 +17,7 @@ from inception.loop import session_loop
 from inception.parallel import all_reduce
 from inception.parallel import copies as copies_lib
 from inception.parallel import hardware
-from inception.parallel import step_graph
+from inception.step import step_graph
 from tests import faults
 from tests import testing_utils
 

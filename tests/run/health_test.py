@@ -17,10 +17,10 @@ from absl.testing import absltest
 from inception.config import settings as settings_lib
 from inception.loop import guards
 from inception.loop import session_loop
-from inception.parallel import step_graph
 from inception.run import checkpoint_io
 from inception.run import health
 from inception.run.directory import RunDirectory
+from inception.step import step_graph
 from tests import testing_utils
 
 tf1 = tf.compat.v1

@@ -36,6 +36,10 @@ PARAMETER_EXEMPT = {("inception/model/synced_batch_norm.py", "batch_norm")}
 # An entry point: its flags, their settings and a short main; what runs them lives with its
 # role (inception/driver/entry.py for train.py), as flax's main.py keeps to its flags.
 MAX_ENTRY_POINT_LINES = 130
+# inception/'s packages by role, each importing only those before it (a reader meets no name
+# from further down); docs/layout.md's package table lists them in this order with their roles.
+PACKAGE_LAYERS = ("config", "inputs", "run", "parallel", "model", "step", "loop", "serving",
+                  "validation", "distributed", "driver")
 OTHER_CATCHES = ("OSError", "tf.errors.OpError", "KeyboardInterrupt")  # beside a UserError
 FIRST_PARTY = ("common", "data", "inception", "tests", "bench", "tools")
 APPLICATION = ("common", "data", "inception")
@@ -131,6 +135,30 @@ class LayoutTest(unittest.TestCase):
                      if name.endswith(".py"))
         self.assertEqual(top, ["__init__.py", "classify.py", "eval.py", "export.py",
                                "input_service.py", "train.py"])
+
+    def test_each_package_imports_only_the_packages_below_it(self):
+        packages = sorted(name for name in os.listdir(os.path.join(self.root, "inception"))
+                          if os.path.isfile(os.path.join(self.root, "inception", name, "BUILD")))
+        self.assertEqual(packages, sorted(PACKAGE_LAYERS), "a new package needs its layer")
+        for path in python_files(self.root, ("inception",)):
+            package = path.split(os.sep)[1]
+            if package not in PACKAGE_LAYERS:
+                continue  # an entry point: it may use any package
+            below = PACKAGE_LAYERS[:PACKAGE_LAYERS.index(package) + 1]
+            with open(os.path.join(self.root, path), encoding="utf-8") as handle:
+                tree = ast.parse(handle.read(), path)
+            imported = {node.module.split(".")[1] for node in ast.walk(tree)
+                        if isinstance(node, ast.ImportFrom) and node.module
+                        and node.module.startswith("inception.")}
+            with self.subTest(path=path):
+                self.assertEqual(sorted(imported - set(below)), [],
+                                 f"{package} may import only {below} (PACKAGE_LAYERS)")
+
+    def test_the_layout_page_lists_the_packages_in_their_layers(self):
+        with open(os.path.join(self.root, "docs", "layout.md"), encoding="utf-8") as handle:
+            listed = re.findall(r"^\| `([a-z_]+)/` \|", handle.read(), re.MULTILINE)
+        self.assertEqual(tuple(name for name in listed if name in os.listdir(
+            os.path.join(self.root, "inception"))), PACKAGE_LAYERS)
 
     def test_files_and_functions_stay_short_and_modules_say_what_they_own(self):
         for path in python_files(self.root):

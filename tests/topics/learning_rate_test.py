@@ -16,7 +16,7 @@ from inception.driver import launch
 from inception.driver import lr_range
 from inception.driver import resolution
 from inception.loop import guards
-from inception.parallel import schedules
+from inception.step import schedules
 from tests import testing_utils
 
 tf1 = tf.compat.v1

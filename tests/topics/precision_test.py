@@ -1,4 +1,4 @@
-"""Mixed precision: the bf16 rewrite on CPUs that have it (parallel/loss_scaling_test covers
+"""Mixed precision: the bf16 rewrite on CPUs that have it (step/loss_scaling_test covers
 dynamic loss scaling for fp16, model/mixed_precision_test towers built in bf16 / fp16, the GPU
 path)."""
 

@@ -125,7 +125,7 @@ class EarlyPhaseTest(unittest.TestCase):
         self.check_phase("inception.driver.resolution:resolve_run", signal.SIGTERM)
 
     def test_while_the_graph_is_built(self):
-        train_dir = self.check_phase("inception.parallel.step_graph:build_train_graph",
+        train_dir = self.check_phase("inception.step.step_graph:build_train_graph",
                                      signal.SIGINT)
         self.assertEqual([name for name in os.listdir(train_dir) if "ckpt" in name], [])
 

@@ -21,13 +21,13 @@ from inception.config import rules
 from inception.config import settings as settings_lib
 from inception.driver import launch
 from inception.driver import resolution
-from inception.config import tags
 from inception.inputs import datasets
 from inception.inputs import label_weights
 from inception.inputs import pipeline
 from inception.model import network
-from inception.parallel import clipping
 from inception.parallel import gradients as gradients_lib
+from inception.run import tags
+from inception.step import clipping
 from tests import testing_utils
 
 tf1 = tf.compat.v1

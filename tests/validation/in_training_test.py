@@ -13,9 +13,9 @@ import tensorflow as tf
 from absl.testing import absltest
 
 from inception.config import settings as settings_lib
-from inception.config import tags
 from inception.driver import launch
 from inception.inputs import datasets
+from inception.run import tags
 from inception.run import best as best_lib
 from inception.run.directory import RunDirectory
 from inception.run.directory import SETTINGS_FILE

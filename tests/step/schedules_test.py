@@ -9,8 +9,8 @@ import tensorflow as tf
 from absl.testing import absltest
 
 from inception.config import plans
-from inception.parallel import schedules
-from inception.parallel import step_graph
+from inception.step import schedules
+from inception.step import step_graph
 from tests import testing_utils
 
 tf1 = tf.compat.v1

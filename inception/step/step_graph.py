@@ -21,15 +21,15 @@ import tensorflow as tf
 
 from inception.config import plans
 from inception.config import recipe
-from inception.parallel import after_update
-from inception.parallel import averages
-from inception.parallel import clipping
-from inception.parallel import loss_scaling
-from inception.parallel import micro_batches
-from inception.parallel import optimizers as optimizers_lib
-from inception.parallel import schedules
-from inception.parallel import summaries
 from inception.parallel import towers as towers_lib
+from inception.step import after_update
+from inception.step import averages
+from inception.step import clipping
+from inception.step import loss_scaling
+from inception.step import micro_batches
+from inception.step import optimizers as optimizers_lib
+from inception.step import schedules
+from inception.step import summaries
 
 tf1 = tf.compat.v1
 

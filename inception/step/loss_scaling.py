@@ -22,6 +22,24 @@ class LossScale:
     scale: tf.Variable
     good_steps: tf.Variable
 
+    def apply_if_finite(self, grads_and_vars, apply_fn, global_step,
+                        growth_interval=recipe.LOSS_SCALE_GROWTH_INTERVAL):
+        """Runs `apply_fn()` (which must advance `global_step`) only if all gradients are
+        finite, otherwise advances `global_step` alone; then adapts the scale. Returns the op.
+        A method, so that whoever applies an update (parallel/sharing.py) needs no import of
+        this module to guard it."""
+        finite = all_finite([grad for grad, _ in grads_and_vars])
+
+        def skip():
+            return tf.group(global_step.assign_add(1))
+
+        def apply():
+            return tf.group(*tf.nest.flatten(apply_fn()))
+
+        update = tf.cond(finite, apply, skip)
+        with tf.control_dependencies([update]):
+            return _adapt_scale(finite, self, growth_interval)
+
 
 def create_loss_scale(initial_scale=recipe.INITIAL_LOSS_SCALE):
     """Non-trainable variables of the scale, saved in checkpoints so a resumed run keeps it."""
@@ -35,23 +53,6 @@ def create_loss_scale(initial_scale=recipe.INITIAL_LOSS_SCALE):
 def all_finite(grads):
     """A bool scalar: True when every gradient tensor is free of NaN and Inf."""
     return tf.reduce_all([tf.reduce_all(tf.math.is_finite(grad)) for grad in grads])
-
-
-def apply_if_finite(grads_and_vars, apply_fn, global_step, loss_scale,
-                    growth_interval=recipe.LOSS_SCALE_GROWTH_INTERVAL):
-    """Runs `apply_fn()` (which must advance `global_step`) only if all gradients are finite,
-    otherwise advances `global_step` alone; then adapts the scale. Returns the op."""
-    finite = all_finite([grad for grad, _ in grads_and_vars])
-
-    def skip():
-        return tf.group(global_step.assign_add(1))
-
-    def apply():
-        return tf.group(*tf.nest.flatten(apply_fn()))
-
-    update = tf.cond(finite, apply, skip)
-    with tf.control_dependencies([update]):
-        return _adapt_scale(finite, loss_scale, growth_interval)
 
 
 def _adapt_scale(finite, loss_scale, growth_interval):

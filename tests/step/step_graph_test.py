@@ -13,11 +13,11 @@ from tensorflow.core.framework import summary_pb2
 
 from inception.config import plans
 from inception.config import recipe
-from inception.config import tags
-from inception.parallel import averages
-from inception.parallel import micro_batches
-from inception.parallel import step_graph
 from inception.parallel import towers
+from inception.run import tags
+from inception.step import averages
+from inception.step import micro_batches
+from inception.step import step_graph
 from tests import testing_utils
 
 tf1 = tf.compat.v1

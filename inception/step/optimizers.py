@@ -9,8 +9,8 @@ import tensorflow as tf
 
 from inception.config import recipe
 from inception.config.plans import PlanError
-from inception.parallel import layerwise
 from inception.parallel import towers
+from inception.step import layerwise
 
 tf1 = tf.compat.v1
 

@@ -10,10 +10,10 @@ from absl.testing import absltest
 
 from inception.config import recipe
 from inception.inputs import pipeline
-from inception.parallel import loss_scaling
-from inception.parallel import step_graph
 from inception.parallel import gradients as gradients_lib
 from inception.parallel import towers
+from inception.step import loss_scaling
+from inception.step import step_graph
 from tests import testing_utils
 
 tf1 = tf.compat.v1
@@ -39,7 +39,7 @@ def scaled_gradients(loss_scale):
 
 @contextlib.contextmanager
 def fed_updates(initial_scale, **growth):
-    """apply_if_finite on a variable v = 1.0 whose update subtracts a fed gradient, in a
+    """LossScale.apply_if_finite on a variable v = 1.0 whose update subtracts a fed gradient, in a
     session; yields (update(gradient value), read() -> {"scale", "good_steps", "v", "step"}).
     `growth`: apply_if_finite's growth_interval, when given."""
     with tf.Graph().as_default():
@@ -47,9 +47,9 @@ def fed_updates(initial_scale, **growth):
         step = tf1.train.get_or_create_global_step()
         gradient = tf1.placeholder(tf.float32, [])
         scale = loss_scaling.create_loss_scale(initial_scale)
-        update = loss_scaling.apply_if_finite(
+        update = scale.apply_if_finite(
             [(gradient, variable)],
-            lambda: [variable.assign_sub(gradient), step.assign_add(1)], step, scale, **growth)
+            lambda: [variable.assign_sub(gradient), step.assign_add(1)], step, **growth)
         state = {"scale": scale.scale, "good_steps": scale.good_steps, "v": variable,
                  "step": step}
         with tf1.Session() as session:

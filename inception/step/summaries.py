@@ -7,8 +7,8 @@ import dataclasses
 
 import tensorflow as tf
 
-from inception.config import tags
 from inception.parallel.devices import HOST_DEVICE
+from inception.run import tags
 
 tf1 = tf.compat.v1
 

@@ -10,9 +10,9 @@ import tf_slim as slim
 from absl.testing import absltest
 
 from inception.config import plans
-from inception.parallel import layerwise
-from inception.parallel import optimizers
-from inception.parallel import step_graph
+from inception.step import layerwise
+from inception.step import optimizers
+from inception.step import step_graph
 from tests import testing_utils
 
 tf1 = tf.compat.v1

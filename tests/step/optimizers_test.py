@@ -11,10 +11,10 @@ from common import cli
 from inception.config import plans
 from inception.config import settings as settings_lib
 from inception.loop import session_loop
-from inception.parallel import optimizers
-from inception.parallel import step_graph
 from inception.parallel import gradients as gradients_lib
 from inception.parallel import towers
+from inception.step import optimizers
+from inception.step import step_graph
 from tests import testing_utils
 
 tf1 = tf.compat.v1

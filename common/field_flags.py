@@ -23,11 +23,27 @@ class Flag:
     table's entry is a Flag or the help text alone). choices: the values allowed (an enum
     flag); path: it names a file or directory, read back as the user meant it (cli.user_path);
     default: its command-line default where the field has none fit for a command line
-    (FIELDS_OWN: the field's)."""
+    (FIELDS_OWN: the field's); minimum, maximum: the smallest and largest values allowed;
+    check: callable(value) -> what is wrong with it (a phrase) or None, for a rule a bound
+    cannot say."""
     help: str
     choices: tuple = None
     path: bool = False
     default: object = FIELDS_OWN
+    minimum: object = None
+    maximum: object = None
+    check: object = None
+
+    def problem(self, value):
+        """What is wrong with the setting's `value` (a phrase such as "must be at least 1"),
+        or None when its choices, bounds and check all allow it."""
+        if self.choices is not None and value not in self.choices:
+            return f"is not one of {', '.join(choice for choice in self.choices if choice)}"
+        if self.maximum is not None and not self.minimum <= value <= self.maximum:
+            return f"must be in [{self.minimum}, {self.maximum}]"
+        if self.minimum is not None and value < self.minimum:
+            return f"must be at least {self.minimum}"
+        return self.check(value) if self.check else None
 
 
 def declared(entry):

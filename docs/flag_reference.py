@@ -27,7 +27,7 @@ PAGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference.md")
 # (command, [(settings dataclasses, help table)]) in the order of each entry point.
 APPLICATION = (
     ("//inception:train", [(list(settings_lib.SECTIONS.values()), help_texts.TRAIN_HELP),
-                           ([cluster_lib.ClusterSettings], help_texts.CLUSTER_HELP),
+                           ([cluster_lib.ClusterSettings], cluster_lib.CLUSTER_HELP),
                            ([plans.PlanFlags], plans.PLAN_HELP),
                            ([commands.RangeTestSettings], commands.RANGE_TEST_HELP)]),
     ("//inception:eval", [([settings_lib.EvalSettings], help_texts.EVAL_HELP)]),

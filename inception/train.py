@@ -32,7 +32,7 @@ from inception.driver import startup
 
 FLAGS = flags.FLAGS
 flag_table.define_flags(settings_lib.SECTIONS.values(), help_texts.TRAIN_HELP)
-flag_table.define_flags([cluster_lib.ClusterSettings], help_texts.CLUSTER_HELP)
+flag_table.define_flags([cluster_lib.ClusterSettings], cluster_lib.CLUSTER_HELP)
 
 flag_table.define_flags([plans.PlanFlags], plans.PLAN_HELP)
 flag_table.define_flags([commands.RangeTestSettings], commands.RANGE_TEST_HELP)
@@ -44,7 +44,7 @@ def cluster_from_flags():
     (config/environment.py: TF_CONFIG, a JobSet, Slurm), or None for one machine; the restart
     code, checked: a run alone exits with it on SIGTERM too)."""
     values = flag_table.values_of(FLAGS, cluster_lib.ClusterSettings,
-                                  help_texts.CLUSTER_HELP)
+                                  cluster_lib.CLUSTER_HELP)
     cluster_lib.check_restart_exit_code(values["restart_exit_code"])
     return (cluster_lib.cluster_settings(**values, environment=os.environ),
             values["restart_exit_code"])

@@ -12,6 +12,7 @@ Free of TensorFlow, so the entry point checks these flags before it loads Tensor
 
 import dataclasses
 
+from common.field_flags import Flag
 from inception.config import environment as environment_lib
 from inception.config.environment import ClusterConfigError
 
@@ -193,3 +194,36 @@ def split_address(address):
     if not separator or not host or not port.isdigit():
         raise ClusterConfigError(f"task address {address!r} is not host:port.")
     return host.strip("[]"), int(port)
+
+
+CLUSTER_HELP = {
+    "job_name": Flag(
+        "Training on several machines: this "
+        "task's job, ps (parameter server) or worker; empty: this machine alone.",
+        choices=("",) + JOBS, default=""),
+    "task_id": Flag(
+        "Index of this task in --ps_hosts or --worker_hosts; "
+        "worker 0 is the chief (initializes the model, writes every file).", default=0),
+    "ps_hosts": Flag(
+        "Parameter servers, host:port,host:port,...; none: the "
+        "workers keep their own copies and all-reduce the gradients.", default=()),
+    "worker_hosts": Flag(
+        "Workers, host:port,host:port,...", default=()),
+    "num_replicas_to_aggregate":
+        "Gradients averaged into each "
+        "synchronous update (default: one from every worker; fewer lets an update "
+        "go ahead without the slowest workers).",
+    "startup_timeout_secs":
+        "Longest a task waits for the others to come "
+        "up (and a worker for the chief to initialize the model).",
+    "step_timeout_secs":
+        "Longest a worker waits for one synchronous step "
+        "before it stops with an error naming the tasks that do not answer.",
+    "cluster_port":
+        "Port every task listens on when a Kubernetes JobSet or Slurm describes the cluster "
+        "(further tasks on one Slurm node take the next ports).",
+    "restart_exit_code":
+        "Exit status that asks a scheduler to start the run again: of a run stopped by "
+        "SIGTERM (a preemption), and on a cluster of every task when any task got SIGTERM or "
+        "one was lost (138: what Kubeflow's ExitCode restart policy retries).",
+}

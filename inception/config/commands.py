@@ -85,7 +85,7 @@ class ExportSettings:
         if not self.export_dir:
             raise SettingsError("--export_dir is required: the directory the SavedModel "
                                 "versions go to.")
-        rules.at_least(self, ("calibration_images", "top_k", "max_image_pixels"), 1)
+        rules.check_declared(self, EXPORT_HELP)
         rules.must_be_directory("export_dir", self.export_dir)
         return self
 
@@ -101,19 +101,20 @@ EXPORT_HELP = {
         "Export this checkpoint (a prefix such as <train_dir>/model.ckpt-1000) instead of the "
         "newest one.", path=True),
     "export_dir": Flag("Where the versions of the SavedModel go (required).", path=True),
-    "top_k": "How many classes each prediction returns.",
+    "top_k": Flag(
+        "How many classes each prediction returns.", minimum=1),
     "formats":
         "Comma-separated formats written into the version folder: saved_model (always), tflite "
         "(a float TFLite model of the preprocessed images), tflite_int8 (the same quantized to "
         "int8 after training), onnx (an ONNX model of them, by tf2onnx); the model files come "
         "with model_inputs.json and labels.txt, and //inception:classify runs them without "
         "TensorFlow.",
-    "calibration_images":
+    "calibration_images": Flag(
         "tflite_int8: images of the run's training shards (spread over the labels) that "
-        "calibrate the quantization.",
-    "max_image_pixels":
+        "calibrate the quantization.", minimum=1),
+    "max_image_pixels": Flag(
         f"The served model refuses images of more {_PIXELS_HELP}: that request fails with a "
-        "message naming the image's size. Fixed in the SavedModel.",
+        "message naming the image's size. Fixed in the SavedModel.", minimum=1),
 }
 
 
@@ -131,7 +132,7 @@ class ClassifySettings:
         if not self.model:
             raise SettingsError("--model is required: an export directory or a training "
                                 "directory.")
-        rules.at_least(self, ("batch_size", "max_image_pixels"), 1)
+        rules.check_declared(self, CLASSIFY_HELP)
         return self
 
 
@@ -140,8 +141,9 @@ CLASSIFY_HELP = {
         "An export directory (of //inception:export), a training directory, or a .tflite / "
         ".onnx file of an export (required).", path=True),
     "output_json": Flag("Also write one JSON line per image to this file.", path=True),
-    "batch_size": "Images classified together.",
-    "max_image_pixels":
+    "batch_size": Flag(
+        "Images classified together.", minimum=1),
+    "max_image_pixels": Flag(
         f"Refuse images of more {_PIXELS_HELP} when --model is a training directory; an export "
-        "keeps the limit it was exported with (//inception:export --max_image_pixels).",
+        "keeps the limit it was exported with (//inception:export --max_image_pixels).", minimum=1),
 }

@@ -2,7 +2,8 @@
 setting's (a field of config/settings.py, cluster.ClusterSettings, plans.PlanFlags,
 sources.InputServiceSettings or config/commands.py), and its help, choices, path-ness and any
 command-line default of its own are its entry in the help table beside the setting
-(config/help_texts.py, commands.py, plans.py, sources.py: common/field_flags.Flag). The entry
+(config/help_texts.py, cluster.py, commands.py, plans.py, sources.py:
+common/field_flags.Flag; its choices and bounds are checked by rules.check_declared). The entry
 points define their flags with `define_flags` and read them back with `values_of`, so nothing
 about a flag is written twice (layout_test checks that each flag's default is its setting's and
 that the entry points define no flag of their own). Flag names are the original's

@@ -1,16 +1,20 @@
-"""Every rule a setting must keep, checked before TensorFlow loads: ranges of numbers, choices,
-paths that must be directories, and combinations no run can use. The sections they check are in
-settings.py; these functions read their fields, so each rule is written once for every caller
-(the entry points' flags, the library's callers, the resolved run).
+"""Every rule a setting must keep, checked before TensorFlow loads. A rule of one setting (its
+choices, bounds or check) is declared in its flag's entry beside the field (help_texts.py,
+commands.py: common/field_flags.Flag) and applied here by `check_declared`; what is written here
+is the checks those entries name, the paths that must be directories, and the combinations of
+settings no run can use. The sections they check are in settings.py; the checks read their
+fields, so each rule holds for every caller (the entry points' flags, the library's callers,
+the resolved run).
 
 Free of TensorFlow, like settings.py.
 """
 
+import dataclasses
 import os
 
 from common import cli
+from common import field_flags
 from common import files
-from common import holdout
 from inception.config.plans import OPTIMIZERS
 from inception.config.plans import PlanError
 from inception.config.plans import SCHEDULES
@@ -42,121 +46,78 @@ class SettingsError(cli.UserError):
     """A setting has a value no run can use; the message names its flag and says what to use."""
 
 
-def check_train(settings):
+def check_train(settings, sections, help_table):
     """Raises SettingsError (or PlanError) for the first setting of the TrainSettings
-    `settings` that no run can use."""
+    `settings` that no run can use: each field of its `sections` against its declaration in
+    `help_table` (help_texts.TRAIN_HELP), then the rules written here."""
     if not settings.train_dir:
         raise SettingsError("--train_dir must not be empty.")
-    for check in (_check_counts, _check_rates, _check_choices, _check_paths,
-                  _check_combinations):
+    for section in sections:
+        check_declared(section, help_table)
+    for check in (_check_split, _check_paths, _check_combinations):
         check(settings)
-    check_model(settings.model)
 
 
-def check_eval(evaluation):
+def check_eval(evaluation, help_table):
     """Raises SettingsError for the first setting of the EvalSettings `evaluation` that no
-    evaluation can use."""
-    at_least(evaluation, ("batch_size",), 1)
-    at_least(evaluation, ("num_examples", "eval_interval_secs", "timeout_secs"), 0)
-    check_model(evaluation)
+    evaluation can use (its declarations: help_texts.EVAL_HELP)."""
+    check_declared(evaluation, help_table)
     must_be_directory("eval_dir", evaluation.eval_dir)
     must_be_directory("data_dir", evaluation.data_dir, must_exist=True)
+
+
+def check_declared(section, help_table):
+    """Raises SettingsError naming the flag of the first field of the dataclass `section`
+    whose value its entry in `help_table` refuses (common/field_flags.Flag's choices,
+    minimum, maximum and check); None passes (not given, or a default still pending)."""
+    for field in dataclasses.fields(section):
+        value = getattr(section, field.name)
+        if field.name in help_table and value is not None:
+            problem = field_flags.declared(help_table[field.name]).problem(value)
+            if problem:
+                _fail(field.name, value, problem)
 
 
 def _fail(name, value, what):
     raise SettingsError(f"--{FLAG_NAMES.get(name, name)}={value} {what}.")
 
 
-def at_least(section, names, minimum):
-    """Raises SettingsError naming the flag of the first of the fields `names` of `section`
-    that is below `minimum` (None passes: not given)."""
-    for name in names:
-        value = getattr(section, name)
-        if value is not None and value < minimum:
-            _fail(name, value, f"must be at least {minimum}")
+def positive(hint=""):
+    """A Flag's check: the value must be above 0 (`hint` follows the complaint)."""
+    def problem(value):
+        return None if value > 0 else f"must be positive{hint}"
+    return problem
 
 
-def _check_counts(settings):
-    data, devices, loop = settings.data, settings.devices, settings.loop
-    at_least(data, ("batch_size", "num_labels"), 1)
-    at_least(devices, ("num_towers",), 1)
-    at_least(devices, ("virtual_gpu_memory_mb", "intra_op_threads", "inter_op_threads",
-                        "all_reduce_buffers", "batch_norm_group_size"), 0)
-    at_least(loop, ("keep_checkpoints",), 1)
-    at_least(loop, ("max_steps", "log_every_n_steps", "save_summaries_steps",
-                     "save_summaries_secs", "save_checkpoint_steps", "save_interval_secs",
-                     "keep_checkpoint_every_n_hours", "max_nan_rollbacks"), 0)
-    at_least(settings.optimization, ("warmup_steps", "warmup_epochs"), 0)
-    at_least(settings.optimization, ("accumulate_steps",), 1)
-    at_least(settings.validation, ("eval_every_n_steps",
-                                    "stop_after_evals_without_improvement"), 0)
-    at_least(settings.validation, ("eval_batch_size",), 1)
-    augmentation = settings.augmentation
-    at_least(augmentation, ("randaugment_ops",), 1)
-    at_least(augmentation, ("randaugment_magnitude", "mixup_alpha", "cutmix_alpha"), 0)
-    for section, name, most in (
-            (augmentation, "randaugment_magnitude", MAX_RANDAUGMENT_MAGNITUDE),
-            (augmentation, "random_erasing", 1), (settings.validation, "target_accuracy", 1)):
-        if not 0 <= getattr(section, name) <= most:
-            _fail(name, getattr(section, name), f"must be in [0, {most}]")
-    problem = holdout.fraction_problem(data.validation_fraction)
-    if problem:
-        _fail("validation_fraction", data.validation_fraction, problem)
+def decay_factor_problem(factor):
+    """What is wrong with a learning-rate decay factor, or None."""
+    return None if 0 < factor <= 1 else "must be in (0, 1] (1 keeps the rate constant)"
+
+
+def label_smoothing_problem(smoothing):
+    """What is wrong with a label smoothing, or None."""
+    return None if 0 <= smoothing < 1 else \
+        "must be in [0, 1) (0: none; the recipe's 0.1 is the default)"
+
+
+def clip_norm_problem(norm):
+    """What is wrong with a gradient-clipping norm, or None."""
+    return None if norm >= 0 else "must be positive, or 0 for no clipping"
+
+
+def image_size_problem(size):
+    """What is wrong with an input image size, or None."""
+    if size >= MIN_IMAGE_SIZE:
+        return None
+    return f"is too small for Inception v3; use {MIN_IMAGE_SIZE} or more (299 is the original)"
+
+
+def _check_split(settings):
+    data, devices = settings.data, settings.devices
     if devices.num_towers and data.batch_size and data.batch_size % devices.num_towers:
         _fail("batch_size", data.batch_size,
               f"does not split evenly over --num_gpus={devices.num_towers} towers; use a "
               f"multiple of {devices.num_towers}")
-
-
-def _check_rates(settings):
-    optimization = settings.optimization
-    if optimization.initial_learning_rate is not None and \
-            not optimization.initial_learning_rate > 0:
-        _fail("initial_learning_rate", optimization.initial_learning_rate,
-              "must be positive (a negative rate climbs the loss); try 0.01 to 0.1")
-    if optimization.num_epochs_per_decay is not None and \
-            not optimization.num_epochs_per_decay > 0:
-        _fail("num_epochs_per_decay", optimization.num_epochs_per_decay, "must be positive")
-    if not 0 < optimization.learning_rate_decay_factor <= 1:
-        _fail("learning_rate_decay_factor", optimization.learning_rate_decay_factor,
-              "must be in (0, 1] (1 keeps the rate constant)")
-    if not 0 <= optimization.label_smoothing < 1:
-        _fail("label_smoothing", optimization.label_smoothing,
-              "must be in [0, 1) (0: none; the recipe's 0.1 is the default)")
-    if not optimization.clip_gradient_norm >= 0:
-        _fail("clip_gradient_norm", optimization.clip_gradient_norm,
-              "must be positive, or 0 for no clipping")
-    epochs = settings.loop.num_epochs
-    if epochs is not None and not epochs > 0:
-        _fail("num_epochs", epochs, "must be positive (1 is one pass over the training split)")
-
-
-def _check_choices(settings):
-    for section, name, allowed in (
-            (settings.devices, "precision", PRECISIONS),
-            (settings.devices, "variable_device", VARIABLE_DEVICE_CHOICES),
-            (settings.devices, "variable_update", VARIABLE_UPDATES),
-            (settings.loop, "on_nan", ON_NAN), (settings.loop, "on_divergence", ON_DIVERGENCE),
-            (settings.validation, "best_metric", BEST_METRICS),
-            (settings.data, "dataset", ("",) + DATASET_NAMES),
-            (settings.optimization, "optimizer", (None,) + OPTIMIZERS),
-            (settings.optimization, "learning_rate_schedule", SCHEDULES),
-            (settings.optimization, "learning_rate_scaling", LEARNING_RATE_SCALINGS),
-            (settings.augmentation, "augment", AUGMENTS)):
-        if getattr(section, name) not in allowed:
-            _fail(name, getattr(section, name),
-                  f"is not one of {', '.join(value for value in allowed if value)}")
-
-
-def check_model(section):
-    """Raises SettingsError for an image size or depth multiplier no network can use."""
-    if section.image_size is not None and section.image_size < MIN_IMAGE_SIZE:
-        _fail("image_size", section.image_size,
-              f"is too small for Inception v3; use {MIN_IMAGE_SIZE} or more (299 is the "
-              "original)")
-    if section.depth_multiplier is not None and not section.depth_multiplier > 0:
-        _fail("depth_multiplier", section.depth_multiplier, "must be positive (1.0 is the full "
-              "network)")
 
 
 def _check_paths(settings):

@@ -1,19 +1,19 @@
 """What a training run and an evaluation job take: one frozen settings object per entry point.
 
-`TrainSettings` has one section per part of a run: `data` (what is read), `model` (the network;
-the section stored as model_settings.json), `optimization` (plan, optimizer, learning-rate
-schedule, accumulation), `augmentation` (RandAugment, random erasing, Mixup/CutMix),
-`devices` (towers, precision, placement), `loop` (train_dir, cadences, limits, what a
-divergence does), `validation` (scoring the validation shards during training, the best
-checkpoint), `init` (where a fresh run's weights come from), `input_source` (config/
-sources.py) and `cluster`. Library code takes the section it needs. None in a section
-means "the data set's default" until the run is resolved (driver/resolution.py: `fill_defaults`).
-
-Free of TensorFlow: every flag is checked in a second, before anything loads or is written.
+`TrainSettings` has one section per part of a run: `data` (what is read), `model` (the network; the
+section stored as model_settings.json), `optimization` (plan, optimizer, learning-rate schedule,
+accumulation), `augmentation` (RandAugment, random erasing, Mixup/CutMix), `devices` (towers,
+precision, placement), `loop` (train_dir, cadences, limits, what a divergence does), `validation`
+(scoring the validation shards during training, the best checkpoint), `init` (where a fresh run's
+weights come from), `input_source` (config/sources.py) and `cluster`. Library code takes the
+section it needs. None in a section means "the data set's default" until the run is resolved
+(driver/resolution.py: `fill_defaults`). Free of TensorFlow: every flag is checked in a second,
+before anything loads or is written.
 """
 
 import dataclasses
 
+from inception.config import help_texts
 from inception.config import recipe
 from inception.config import rules
 from inception.config.cluster import ClusterSettings
@@ -60,7 +60,7 @@ class ModelSettings:
 
     def validate(self):
         """Raises SettingsError with a fix when resolved settings cannot build a network."""
-        rules.check_model(self)
+        rules.check_declared(self, help_texts.TRAIN_HELP)
         if self.num_classes < 2:
             raise SettingsError(f"num_classes={self.num_classes} must be at least 2.")
 
@@ -230,7 +230,7 @@ class TrainSettings:
 
     def validate(self):
         """Raises SettingsError for the first setting no run can use; returns self."""
-        rules.check_train(self)
+        rules.check_train(self, [getattr(self, name) for name in SECTIONS], help_texts.TRAIN_HELP)
         self.input_source.validate(self.data.deterministic)
         return self
 
@@ -296,5 +296,5 @@ class EvalSettings:
 
     def validate(self):
         """Raises SettingsError for the first setting no evaluation can use; returns self."""
-        rules.check_eval(self)
+        rules.check_eval(self, help_texts.EVAL_HELP)
         return self

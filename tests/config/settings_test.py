@@ -8,7 +8,9 @@ import unittest
 
 from absl.testing import absltest
 
+from common import field_flags
 from inception.config import cluster
+from inception.config import help_texts
 from inception.config import recipe
 from inception.config import rules
 from inception.config import settings as settings_lib
@@ -119,6 +121,26 @@ class SettingsTest(unittest.TestCase):
                 with self.assertRaisesRegex(settings_lib.SettingsError, f"--{name}={value} is not "
                                             "one of"):
                     settings_lib.train_settings(train_dir="/tmp/x", **{name: value}).validate()
+
+    def test_every_declared_bound_holds_at_its_edge_and_refuses_past_it(self):
+        bounded = {name: field_flags.declared(entry)
+                   for name, entry in help_texts.TRAIN_HELP.items()
+                   if field_flags.declared(entry).minimum is not None}
+        self.assertGreater(len(bounded), 20)  # the counts, rates and augmentation strengths
+        for name, flag in bounded.items():
+            edges = [(flag.minimum, None), (flag.minimum - 1, "must be")]
+            if flag.maximum is not None:
+                edges += [(flag.maximum, None), (flag.maximum + 1, "must be in")]
+            for value, complaint in edges:
+                with self.subTest(name=name, value=value):
+                    settings = settings_lib.train_settings(train_dir="/tmp/x", **{name: value})
+                    if complaint is None:
+                        settings.validate()
+                    else:
+                        flag_name = rules.FLAG_NAMES.get(name, name)
+                        with self.assertRaisesRegex(settings_lib.SettingsError,
+                                                    f"^--{flag_name}={value} {complaint}"):
+                            settings.validate()
 
     def test_fp16_on_a_cluster_is_refused(self):
         worker = cluster.cluster_settings("worker", 0, ["ps:1"], ["w:1"])

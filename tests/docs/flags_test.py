@@ -28,7 +28,7 @@ DOCS = os.path.dirname(os.path.abspath(flag_reference.__file__))
 # (command, [(settings dataclasses, help table)]) as each entry point defines its flags.
 APPLICATION = {
     "train": [(list(settings_lib.SECTIONS.values()), help_texts.TRAIN_HELP),
-              ([cluster_lib.ClusterSettings], help_texts.CLUSTER_HELP),
+              ([cluster_lib.ClusterSettings], cluster_lib.CLUSTER_HELP),
               ([plans.PlanFlags], plans.PLAN_HELP),
               ([commands.RangeTestSettings], commands.RANGE_TEST_HELP)],
     "eval": [([settings_lib.EvalSettings], help_texts.EVAL_HELP)],

@@ -223,7 +223,7 @@ class LayoutTest(unittest.TestCase):
     def test_every_flag_is_its_settings_field_with_its_help_declared_once(self):
         tables = ((list(settings_lib.SECTIONS.values()), help_texts.TRAIN_HELP),
                   ([settings_lib.EvalSettings], help_texts.EVAL_HELP),
-                  ([cluster_lib.ClusterSettings], help_texts.CLUSTER_HELP),
+                  ([cluster_lib.ClusterSettings], cluster_lib.CLUSTER_HELP),
                   ([plans.PlanFlags], plans.PLAN_HELP),
                   ([commands.RangeTestSettings], commands.RANGE_TEST_HELP),
                   ([commands.ExportSettings], commands.EXPORT_HELP),

@@ -96,7 +96,7 @@ def ours(settings):
 
     Settings as the trainer's flags and defaults: `precision`, `variable_update` (auto,
     parameter_server or replicated), `variable_device` (auto, cpu or gpu), `xla`,
-    `stage_inputs` (default: on for GPU towers, as in training).
+    `prefetch_inputs` (default: on for GPU towers, as in training).
 
     Towers go where training puts them: one per GPU (GPUs split into virtual devices of
     `virtual_gpu_memory_mb` when there are more towers than GPUs), else virtual CPU devices.
@@ -109,7 +109,7 @@ def ours(settings):
     from inception.step import step_graph  # pylint: disable=import-outside-toplevel
     batch, size = settings["batch_size"], settings["image_size"]
     placement = _placement(settings)
-    stage_inputs = settings.get("stage_inputs", placement.stage_inputs)
+    prefetch_inputs = settings.get("prefetch_inputs", placement.prefetch_inputs)
     model_settings = settings_lib.ModelSettings(NUM_CLASSES, size, settings["depth_multiplier"],
                                                 "synthetic")
     imagenet = settings_lib.with_defaults(settings_lib.OptimizationSettings(),
@@ -124,7 +124,7 @@ def ours(settings):
             imagenet, sharing.on_one_machine(placement),
             datasets.KNOWN_DATASETS["imagenet"].examples["train"],
             step_graph.StepOptions(initial_loss_scale=placement.initial_loss_scale,
-                                   stage_inputs=stage_inputs))
+                                   prefetch_inputs=prefetch_inputs))
         train_op = built.stages[0].train_op
         flops_per_image = count_flops(graph) / batch
         init = (tf1.global_variables_initializer(), tf1.local_variables_initializer(),
@@ -146,7 +146,7 @@ def ours(settings):
               "placement": placement.towers.describe(),
               "variable_device": placement.variable_device,
               "variable_update": placement.variable_update,
-              "stage_inputs": stage_inputs}
+              "prefetch_inputs": prefetch_inputs}
     if trace:
         result["profile"] = trace
     return result

@@ -308,7 +308,7 @@ def measurement_plan(capabilities=None):
                                            "needs": ["one_gpu"]}),
         "ours_variables_on_gpu": ("ours", {**ours, "variable_device": "gpu",
                                            "needs": ["several_gpus"]}),
-        "ours_unstaged": ("ours", {**ours, "stage_inputs": False, "needs": ["gpu"]}),
+        "ours_unstaged": ("ours", {**ours, "prefetch_inputs": False, "needs": ["gpu"]}),
         "ours_xla": ("ours", {**ours, "xla": True}),
         "ours_1_tower": ("ours", {**ours, "towers": 1, "virtual_gpu_memory_mb": 0,
                                   "needs": ["multi_tower"]}),

@@ -219,7 +219,7 @@ def tiny_inception_step(devices, config, steps=1, **options):
 
 
 def tiny_inception_steps(devices, config, at_steps, batch=16, compute_dtype=None,
-                         loss_scale=None, variable_device="/cpu:0", stage_inputs=False,
+                         loss_scale=None, variable_device="/cpu:0", prefetch_inputs=False,
                          checkpoint=None, settings=TINY_INCEPTION, images=None, all_reduce=None):
     """Training steps of a tiny Inception v3 (towers on `devices`, batch norm, moving averages;
     no dropout) on a fixed random batch, from the weights of `checkpoint` (a path) or seeded
@@ -243,7 +243,8 @@ def tiny_inception_steps(devices, config, at_steps, batch=16, compute_dtype=None
                     options=network.TowerOptions(compute_dtype=compute_dtype)),
                 optimization(initial_learning_rate=0.01),
                 sharing_of(devices, all_reduce, variable_device), 64,
-                step_graph.StepOptions(initial_loss_scale=loss_scale, stage_inputs=stage_inputs))
+                step_graph.StepOptions(initial_loss_scale=loss_scale,
+                                       prefetch_inputs=prefetch_inputs))
         restorer = tf1.train.Saver(tf1.trainable_variables()) if checkpoint else None
         with tf1.Session(config=config) as session:
             session.run([tf1.global_variables_initializer(), built.input_initializer])

@@ -104,7 +104,7 @@ def graph_builder(run, worker, learning_rate=None, service_input=None):
             step_graph.StepOptions(
                 histograms=settings.loop.histograms,
                 initial_loss_scale=placement.initial_loss_scale,
-                stage_inputs=placement.stage_inputs, learning_rate=learning_rate,
+                prefetch_inputs=placement.prefetch_inputs, learning_rate=learning_rate,
                 max_steps=settings.loop.max_steps))
     return build_graph
 

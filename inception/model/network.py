@@ -28,7 +28,6 @@ from inception.parallel import towers
 MODEL_SCOPE = "InceptionV3"
 MIX_STREAMS = 4096  # seeds per step for Mixup/CutMix: one per tower and micro-batch
 DROPOUT_STREAM = 1  # folded into a tower's seed for its dropout masks
-_DROPOUT_SEEDS = []  # the stateless seed of the network being built (dropout_as_mask_multiply)
 
 
 def has_aux_head(image_size):
@@ -83,28 +82,28 @@ def dropout_as_mask_multiply(stateless_seed=None):
     NHWC->NCHW conversion of the whole GPU graph (seen on an H200 with TF 2.21). Same
     semantics: in training each element is kept with probability keep_prob and scaled by
     1 / keep_prob; otherwise the input passes through. tf_slim.nets.inception_v3 calls the
-    module attribute, so it is swapped for the build and put back after.
+    module attribute and takes no dropout function, so it is swapped for the build and put
+    back after; the seed reaches it as an argument through tf-slim's arg_scope.
     """
     original = slim_layers.dropout
     slim_layers.dropout = mask_dropout
-    _DROPOUT_SEEDS.append(stateless_seed)
     try:
-        yield
+        with slim.arg_scope([mask_dropout], stateless_seed=stateless_seed):
+            yield
     finally:
-        _DROPOUT_SEEDS.pop()
         slim_layers.dropout = original
 
 
 @slim.add_arg_scope
 def mask_dropout(inputs, keep_prob=0.5, noise_shape=None, is_training=True,
-                 outputs_collections=None, scope=None, seed=None):
-    """tf-slim's dropout (same arguments) built from a mask multiply."""
+                 outputs_collections=None, scope=None, seed=None, stateless_seed=None):
+    """tf-slim's dropout (same arguments) built from a mask multiply; with `stateless_seed`
+    (int64 [2]) the mask is drawn statelessly from it, else from `seed`."""
     with tf.compat.v1.variable_scope(scope, "Dropout", [inputs]) as variable_scope:
         inputs = tf.convert_to_tensor(inputs)
 
         def drop():
             shape = tf.shape(inputs) if noise_shape is None else noise_shape
-            stateless_seed = _DROPOUT_SEEDS[-1] if _DROPOUT_SEEDS else None
             if stateless_seed is None:
                 draw = tf.random.uniform(shape, seed=seed)
             else:

@@ -224,7 +224,7 @@ class Placement:
         return self.towers.tower_devices
 
     @property
-    def stage_inputs(self):
+    def prefetch_inputs(self):
         """Whether each tower's input is copied to its device a step ahead: GPU towers."""
         return self.towers.device_type == "gpu"
 
@@ -237,13 +237,13 @@ class Placement:
 
     def describe_arithmetic(self):
         """The log line's part about the arithmetic and what moves where, e.g. "bf16; inputs
-        staged on the GPUs; XLA"."""
+        prefetched to the GPUs; XLA"."""
         extras = "".join([
             f"; variables replicated on every tower, {self.all_reduce.describe()}"
             if self.all_reduce is not None else
             f"; variables on {self.variable_device.strip('/').upper()}"
             if self.variable_device != VARIABLE_DEVICE_NAMES["cpu"] else "",
-            "; inputs staged on the GPUs" if self.stage_inputs else "",
+            "; inputs prefetched to the GPUs" if self.prefetch_inputs else "",
             f"; batch norm synchronized over groups of {self.batch_norm_group_size} towers"
             if self.batch_norm_group_size else "",
             "; XLA" if self.xla else ""])

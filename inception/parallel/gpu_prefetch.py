@@ -16,7 +16,7 @@ import tensorflow as tf
 
 
 @dataclasses.dataclass(frozen=True)
-class StagedInputs:
+class PrefetchedInputs:
     """tower_inputs: per tower, this step's tensors on its device (same dtypes and shapes as
     given); put_op: stages the next batch. It is part of every step, and must run once alone
     before the first step: a step on an empty staging area would wait for ever."""
@@ -24,8 +24,8 @@ class StagedInputs:
     put_op: tf.Operation
 
 
-def stage_on_devices(tower_inputs, devices, name="staged_input"):
-    """Puts each tower's input tuple into a staging area on its device; returns StagedInputs.
+def prefetch_to_devices(tower_inputs, devices, name="prefetched_input"):
+    """Puts each tower's input tuple into a staging area on its device; returns PrefetchedInputs.
 
     Args:
       tower_inputs: list (one per tower) of tuples of tensors with fully known shapes.
@@ -35,10 +35,10 @@ def stage_on_devices(tower_inputs, devices, name="staged_input"):
     for index, (inputs, device) in enumerate(zip(tower_inputs, devices)):
         dtypes = [tensor.dtype for tensor in inputs]
         area = f"{name}_{index}"
-        with tf.device(device), tf.name_scope(f"stage_tower_{index}"):
+        with tf.device(device), tf.name_scope(f"prefetch_tower_{index}"):
             puts.append(tf.raw_ops.Stage(values=list(inputs), shared_name=area, name="put"))
             taken = tf.raw_ops.Unstage(dtypes=dtypes, shared_name=area, name="take")
         for tensor, original in zip(taken, inputs):
             tensor.set_shape(original.shape)
         staged.append(tuple(taken))
-    return StagedInputs(tower_inputs=staged, put_op=tf.group(*puts, name=f"{name}_put"))
+    return PrefetchedInputs(tower_inputs=staged, put_op=tf.group(*puts, name=f"{name}_put"))

@@ -57,8 +57,8 @@ class StageOps:
 @dataclasses.dataclass(frozen=True)
 class TrainGraph:
     """Everything the training loop needs; `stages[i]` belongs to `plan.stages[i]`. input_fill:
-    with inputs staged on the towers' devices, the op that stages the first batch
-    (run once after `input_initializer`, before the first step); None without staging.
+    with inputs prefetched to the towers' devices, the op that puts the first batch there
+    (run once after `input_initializer`, before the first step); None without prefetching.
     loss_scaled: dynamic loss scaling is on (fp16): a step whose gradients overflow skips its
     update by design, so only a non-finite loss means divergence.
     examples_per_step: the input batch of one step (this task's global batch).
@@ -96,14 +96,14 @@ class StepOptions:
 
     histograms: add gradient and variable histograms to the summaries (costly).
     initial_loss_scale: dynamic loss scaling (loss_scaling.py) from this scale; None: off.
-    stage_inputs: copy each tower's input to its device a step ahead (gpu_prefetch.py).
+    prefetch_inputs: copy each tower's input to its device a step ahead (gpu_prefetch.py).
     learning_rate: a scalar float32 tensor every stage uses instead of its own rate (the
       range test feeds it); None: the schedules.
     max_steps: where a cosine schedule reaches zero.
     """
     histograms: bool = False
     initial_loss_scale: float = None
-    stage_inputs: bool = False
+    prefetch_inputs: bool = False
     learning_rate: tf.Tensor = None
     max_steps: int = None
 
@@ -131,8 +131,8 @@ def build_train_graph(input_batch, make_model_fn, optimization, sharing, example
             optimization, examples_per_epoch / input_batch.records_per_step, options.max_steps,
             options.learning_rate, global_step)
         bn_decay = averages.warmed_up_decay(recipe.BATCH_NORM_DECAY, global_step)
-    towers, staged = micro_batches.build_towers(
-        input_batch, make_model_fn(bn_decay), sharing, options.stage_inputs,
+    towers, prefetched, held_inputs = micro_batches.build_towers(
+        input_batch, make_model_fn(bn_decay), sharing, options.prefetch_inputs,
         optimization.accumulate_steps)
     regularization = sharing.regularization_loss()
     with tf.device(variable_device):
@@ -143,28 +143,29 @@ def build_train_graph(input_batch, make_model_fn, optimization, sharing, example
     shared = _SharedParts(
         towers=towers, regularization=regularization, schedule=schedule, bn_decay=bn_decay,
         global_step=global_step, moving_average=moving_average,
-        step_extras=[staged.put_op] if staged else [],
+        step_extras=[prefetched.put_op] if prefetched else [],
         statistics=after_update.statistics_updates(towers, sharing.updates_statistics),
         input_batch=input_batch, sharing=sharing, options=options, plan=plan,
         run_schedule=run_schedule, loss_scale=loss_scale,
         clipped_updates=clipping.counter_if(optimization.clip_gradient_norm, variable_device),
         adapt_all=optimization.adapt_batch_norm_and_biases)
-    stage_ops = _build_stages(plan, shared)
+    stage_ops = _build_stages(plan, shared, held_inputs)
     return TrainGraph(global_step=global_step, plan=plan, stages=stage_ops,
                       corrupt_records=input_batch.corrupt_records,
                       input_initializer=input_batch.initializer, moving_average=moving_average,
                       examples_per_step=int(input_batch.images.shape[0]),
                       loss_scaled=loss_scale is not None,
-                      input_fill=staged.put_op if staged else None,
+                      input_fill=prefetched.put_op if prefetched else None,
                       input_position=input_batch.position, towers=tuple(towers),
                       fill_copies=sharing.fill_op(),
                       clipped_updates=shared.clipped_updates and shared.clipped_updates.counter)
 
 
-def _build_stages(plan, shared):
-    """A StageOps per stage of `plan`; micro-batches and moving statistics ordered after."""
+def _build_stages(plan, shared, held_inputs):
+    """A StageOps per stage of `plan`; micro-batches (their `held_inputs`) and moving
+    statistics ordered after."""
     stage_ops = [_build_stage(stage, index, shared) for index, stage in enumerate(plan.stages)]
-    micro_batches.one_micro_batch_at_a_time(shared.towers, stage_ops,
+    micro_batches.one_micro_batch_at_a_time(shared.towers, held_inputs, stage_ops,
                                             len(shared.sharing.tower_devices))
     after_update.order_statistics(shared.statistics, stage_ops)
     return stage_ops
@@ -179,7 +180,7 @@ class _SharedParts:
     bn_decay: tf.Tensor
     global_step: tf.Variable
     moving_average: tf1.train.ExponentialMovingAverage
-    step_extras: list  # run with every step: the next staged input
+    step_extras: list  # run with every step: the next prefetched input
     statistics: list  # batch-norm moving statistics' updates, after the update (one stage)
     input_batch: object
     sharing: object  # sharing.VariableSharing

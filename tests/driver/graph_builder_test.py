@@ -31,8 +31,9 @@ def built_and_run(**augmentation):
     run = resolution.resolve_run(settings.validate(), log=lambda line: None)
     with tf.Graph().as_default() as graph:
         built = launch.graph_builder(run, None)()
-        inputs = [op.outputs[0] for op in tf1.get_collection(micro_batches.MICRO_BATCH_INPUTS)
-                  if op.outputs[0].shape.rank == 4]
+        inputs = [op.outputs[0] for op in graph.get_operations()
+                  if op.name.split("/")[-1].startswith(micro_batches.HELD_INPUT_NAME)
+                  and op.outputs[0].shape.rank == 4]
         mixed = [tower.outputs.images for tower in built.towers]
         labels = [tower.outputs.labels for tower in built.towers]
         logits = [tower.outputs.logits for tower in built.towers]

@@ -1,4 +1,5 @@
-"""Inputs staged on the towers' devices one step ahead train exactly what unstaged inputs do."""
+"""Inputs prefetched to the towers' devices one step ahead train exactly what inputs read in
+the step do."""
 
 import unittest
 
@@ -17,21 +18,21 @@ BATCH = 8
 DEVICES = ["/cpu:0", "/cpu:1"]
 
 
-def build(stage_inputs):
+def build(prefetch_inputs):
     """The small model's training graph on 2 virtual CPU towers over a batch sequence."""
     return step_graph.build_train_graph(
         testing_utils.synthetic_input(BATCH),
         lambda decay: testing_utils.small_conv_model_fn(),
         testing_utils.optimization(initial_learning_rate=0.01),
         testing_utils.sharing_of(DEVICES), 64,
-        step_graph.StepOptions(stage_inputs=stage_inputs))
+        step_graph.StepOptions(prefetch_inputs=prefetch_inputs))
 
 
-def tower_losses(stage_inputs, steps=5):
+def tower_losses(prefetch_inputs, steps=5):
     """Each step's tower losses, and the device of each staging op."""
     with tf.Graph().as_default() as graph:
         tf1.set_random_seed(0)
-        built = build(stage_inputs)
+        built = build(prefetch_inputs)
         staging_devices = {op.name: op.device for op in graph.get_operations()
                            if op.type in ("Stage", "Unstage")}
         with tf1.Session(config=testing_utils.cpu_session_config(len(DEVICES))) as session:
@@ -46,8 +47,8 @@ def tower_losses(stage_inputs, steps=5):
 class StagingTest(unittest.TestCase):
 
     def test_staged_steps_see_the_same_batches_as_unstaged_ones(self):
-        staged, staging_devices, fill = tower_losses(stage_inputs=True)
-        plain, no_staging, no_fill = tower_losses(stage_inputs=False)
+        staged, staging_devices, fill = tower_losses(prefetch_inputs=True)
+        plain, no_staging, no_fill = tower_losses(prefetch_inputs=False)
         # Five different batches (the synthetic input cycles 64 examples 8 at a time): a
         # one-batch shift would change every step's losses.
         self.assertEqual(len({tuple(step) for step in plain}), 5)
@@ -57,13 +58,13 @@ class StagingTest(unittest.TestCase):
         self.assertEqual(no_staging, {})
         placed = {name.split("/")[0]: tf.DeviceSpec.from_string(device).device_index
                   for name, device in staging_devices.items()}
-        self.assertEqual(placed, {"stage_tower_0": 0, "stage_tower_1": 1})
+        self.assertEqual(placed, {"prefetch_tower_0": 0, "prefetch_tower_1": 1})
         self.assertEqual(len(staging_devices), 4)  # a put and a take per tower
 
     def test_the_training_loop_fills_the_staging_area_before_the_first_step(self):
         # Without the fill, the first step would wait for ever on an empty staging area.
         result = session_loop.run_training(
-            lambda: build(stage_inputs=True), testing_utils.cpu_session_config(len(DEVICES)),
+            lambda: build(prefetch_inputs=True), testing_utils.cpu_session_config(len(DEVICES)),
             settings_lib.LoopSettings(train_dir=testing_utils.temp_dir("staged"), max_steps=3),
             log=lambda line: None)
         self.assertEqual(result.step, 3)
@@ -72,7 +73,7 @@ class StagingTest(unittest.TestCase):
     def test_staged_tensors_keep_dtype_and_shape(self):
         with tf.Graph().as_default():
             images, labels = tf.zeros([4, 8, 8, 3]), tf.zeros([4], tf.int32)
-            staged = gpu_prefetch.stage_on_devices([(images, labels)], ["/cpu:0"])
+            staged = gpu_prefetch.prefetch_to_devices([(images, labels)], ["/cpu:0"])
             (taken_images, taken_labels), = staged.tower_inputs
             self.assertEqual((taken_images.dtype, taken_images.shape.as_list()),
                              (tf.float32, [4, 8, 8, 3]))

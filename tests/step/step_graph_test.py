@@ -28,6 +28,12 @@ TWO_STAGES = plans.TrainingPlan((
     plans.Stage("head", scopes=("net/logits",), optimizer="sgd", learning_rate=0.5)))
 
 
+def held_input_ops(graph):
+    """The identity ops each micro-batched tower's inputs pass through (micro_batches.py)."""
+    return [op for op in graph.get_operations()
+            if op.name.split("/")[-1].startswith(micro_batches.HELD_INPUT_NAME)]
+
+
 def build(plan=None, unused_variable=False, seen_decays=None):
     """The small conv model's training graph on two virtual CPU towers (default graph); each
     batch-norm decay tensor the graph hands the model is appended to `seen_decays`."""
@@ -204,13 +210,13 @@ class AccumulationTest(unittest.TestCase):
     def test_each_micro_batch_waits_for_the_previous_ones_gradients(self):
         optimization = testing_utils.optimization(initial_learning_rate=0.5, optimizer="sgd",
                                                   accumulate_steps=3)
-        with tf.Graph().as_default():
+        with tf.Graph().as_default() as graph:
             built = step_graph.build_train_graph(
                 testing_utils.synthetic_input(12),
                 lambda decay: testing_utils.small_conv_model_fn(), optimization,
                 testing_utils.sharing_of(["/cpu:0", "/cpu:1"]), 16)
             norms = [tensor.op for tensor in built.stages[0].tower_gradient_norms.op.inputs]
-            copies = tf1.get_collection(micro_batches.MICRO_BATCH_INPUTS)
+            copies = held_input_ops(graph)
         self.assertEqual(len(norms), 6)  # 3 micro-batches x 2 towers
         self.assertEqual(len(copies), 12)  # images and labels of each
         for op in copies:

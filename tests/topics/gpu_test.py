@@ -1,5 +1,5 @@
 """The GPU paths on a real GPU: towers placed on GPUs, two towers on one GPU split into virtual
-GPUs against one tower, bf16 and fp16 steps, variables on the GPU, XLA, staged inputs, the
+GPUs against one tower, bf16 and fp16 steps, variables on the GPU, XLA, prefetched inputs, the
 layout optimizer, and short trainings in each precision.
 
 Every test is reported as skipped on a machine without a GPU. The process uses the first
@@ -140,7 +140,7 @@ class TowersOnGpusTest(unittest.TestCase):
 
     def test_staged_inputs_train_what_unstaged_ones_do(self):
         plain = self.step(steps=3)
-        staged = self.step(steps=3, stage_inputs=True)
+        staged = self.step(steps=3, prefetch_inputs=True)
         self.assertTrue(ran(staged, KIND, "Unstage"))
         # The same batches through the same kernels (TF32): staging moves data, no arithmetic.
         np.testing.assert_allclose(staged.losses, plain.losses, rtol=1e-3)
@@ -213,7 +213,7 @@ class TrainingOnASplitGpuTest(unittest.TestCase):
         if not ON_CPU:
             self.assertIn("2 tower(s) on virtual GPUs", first_line)
             self.assertIn("variables on GPU:0", first_line)
-            self.assertIn("inputs staged on the GPUs", first_line)
+            self.assertIn("inputs prefetched to the GPUs", first_line)
 
     def test_bf16(self):
         require_bf16()

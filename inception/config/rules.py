@@ -15,9 +15,7 @@ import os
 from common import cli
 from common import field_flags
 from common import files
-from inception.config.plans import OPTIMIZERS
 from inception.config.plans import PlanError
-from inception.config.plans import SCHEDULES
 MIN_IMAGE_SIZE = 75  # Inception v3's stride-2 layers shrink anything smaller to nothing
 MIN_AUX_IMAGE_SIZE = 107  # the auxiliary head's 5x5 pooling needs Mixed_6e at 5x5 or larger
 DATASET_NAMES = ("demo", "imagenet", "flowers", "custom")

@@ -61,8 +61,8 @@ class CollectiveWorker(ClusterMember):
 
     _shape_source = "the workers have on average"
 
-    def __init__(self, settings, server_config, log=print, on_stuck=None):
-        super().__init__(settings, collective_config(server_config), log, on_stuck)
+    def __init__(self, cluster, server_config, log=print, on_stuck=None):
+        super().__init__(cluster, collective_config(server_config), log, on_stuck)
         self._vote = [0.0] * len(STOP_REASONS)  # once this task wants to stop: sent next step
         self._stop_agreed = False
         self._train_graph = None
@@ -82,7 +82,7 @@ class CollectiveWorker(ClusterMember):
         self._train_graph = train_graph
         saved = copies_lib.saved_variables(tf1.global_variables())
         device = self.local_device(HOST_DEVICE)
-        workers = self.settings.num_workers
+        workers = self.cluster.num_workers
         keys = all_reduce.InstanceKeys(all_reduce.WORKER_INSTANCE_KEYS)
         self._ops = {
             "init": tf1.global_variables_initializer(),
@@ -108,22 +108,22 @@ class CollectiveWorker(ClusterMember):
         by startup_timeout_secs)."""
         config = collective_config(session_config)
         config.device_filters[:] = [self.worker_device]
-        config.operation_timeout_in_ms = int(self.settings.step_timeout_secs * 1000)
-        self._wait_for_tasks("worker", time.time() + self.settings.startup_timeout_secs,
+        config.operation_timeout_in_ms = int(self.cluster.step_timeout_secs * 1000)
+        self._wait_for_tasks("worker", time.time() + self.cluster.startup_timeout_secs,
                              self._workers_late)
         return self._closing(tf1.Session(self._server.target, graph=graph, config=config))
 
     def _workers_late(self, missing):
         return TaskLostError(
-            f"{', '.join(missing)} did not come up within {self.settings.startup_timeout_secs:g}"
+            f"{', '.join(missing)} did not come up within {self.cluster.startup_timeout_secs:g}"
             " s; start every worker with the same --worker_hosts or raise "
             "--startup_timeout_secs.")
 
     def wait_until_ready(self, session):
         """Non-chief start: receives the chief's variables; returns the global step."""
-        self._log(cli.timestamped(f"{self.settings.describe()}: waiting for the chief (worker 0 at "
-                              f"{self.settings.worker_hosts[0]}) to send the model"))
-        self._run("init", session, self.settings.step_timeout_secs, "initializing")
+        self._log(cli.timestamped(f"{self.cluster.describe()}: waiting for the chief (worker 0 at "
+                              f"{self.cluster.worker_hosts[0]}) to send the model"))
+        self._run("init", session, self.cluster.step_timeout_secs, "initializing")
         self._receive_or_send(session)
         resume.fill_copies(session, self._train_graph)
         return int(self._run("global_step", session, SHUTDOWN_TIMEOUT_SECS, "starting"))
@@ -134,24 +134,24 @@ class CollectiveWorker(ClusterMember):
             return
         self._receive_or_send(session)
         self._log(cli.timestamped(
-            f"{self.settings.describe()}: sent the model to the other worker(s); each step "
+            f"{self.cluster.describe()}: sent the model to the other worker(s); each step "
             "sums the gradients of every tower of every worker"))
 
     def _receive_or_send(self, session):
-        timeout = self.settings.startup_timeout_secs
+        timeout = self.cluster.startup_timeout_secs
         try:
             with self._watchdog.around(timeout, "the start-up broadcast"):
                 _, shapes = session.run((self._ops["broadcast"], self._ops["step_shapes"]),
                                         options=hooks_lib.run_options(timeout))
         except tf.errors.DeadlineExceededError:
             raise ClusterError(
-                f"worker {self.settings.task_id}: the model did not reach every worker within "
+                f"worker {self.cluster.task_id}: the model did not reach every worker within "
                 f"{timeout:g} s; start every worker with the same flags (or raise "
                 "--startup_timeout_secs).") from None
         except tf.errors.OpError as error:
             raise self.explain(error, "at start-up") from None
-        self.check_step_shape(self._train_graph, shapes // self.settings.num_workers
-                              if not (shapes % self.settings.num_workers).any() else shapes)
+        self.check_step_shape(self._train_graph, shapes // self.cluster.num_workers
+                              if not (shapes % self.cluster.num_workers).any() else shapes)
 
     def agree_to_stop(self, signal_number, early):
         """True once every worker has agreed to stop; a task that wants to stop first runs one
@@ -169,7 +169,7 @@ class CollectiveWorker(ClusterMember):
         another worker's tower loss was not finite, and TaskLostError when a worker is lost or
         the step does not end within step_timeout_secs.
         """
-        timeout = self.settings.step_timeout_secs
+        timeout = self.cluster.step_timeout_secs
         votes = self._votes[self._train_graph.plan.stage_index_at(step)]
         where = f"after step {step}"
         try:

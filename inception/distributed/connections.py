@@ -56,7 +56,7 @@ def is_reachable(address, timeout=PROBE_CONNECT_TIMEOUT_SECS):
         return False
 
 
-def unreachable_tasks(settings, settle_secs=0.0):
+def unreachable_tasks(cluster, settle_secs=0.0):
     """'ps 0 at host:port, ...' for the other tasks that do not accept connections now.
 
     With `settle_secs`, probes again every half second for that long while every task still
@@ -65,25 +65,25 @@ def unreachable_tasks(settings, settle_secs=0.0):
     deadline = time.monotonic() + settle_secs
     while True:
         down = [f"{job} {task} at {address}" for job in JOBS
-                for task, address in enumerate(settings.hosts(job))
-                if (job, task) != (settings.job_name, settings.task_id)
+                for task, address in enumerate(cluster.hosts(job))
+                if (job, task) != (cluster.job_name, cluster.task_id)
                 and not is_reachable(address)]
         if down or time.monotonic() >= deadline:
             return ", ".join(down)
         time.sleep(0.5)
 
 
-def start_server(settings, config):
+def start_server(cluster, config):
     """Starts this task's gRPC server (tf.compat.v1.train.Server) and returns it."""
     # Fail-fast RPCs: without this a call to a task that died is retried forever, so a session
     # cannot even be closed after a peer was lost (measured: the chief hangs at shutdown).
     os.environ.setdefault("GRPC_FAIL_FAST", "true")
     try:
-        return tf1.train.Server(settings.cluster_spec(), job_name=settings.job_name,
-                                task_index=settings.task_id, config=config, start=True)
+        return tf1.train.Server(cluster.cluster_spec(), job_name=cluster.job_name,
+                                task_index=cluster.task_id, config=config, start=True)
     except (tf.errors.OpError, ValueError) as error:
-        raise ClusterError(f"cannot start the {settings.job_name} {settings.task_id} server at "
-                           f"{settings.address} ({error_lines.cause_of(error)}); is that port in "
+        raise ClusterError(f"cannot start the {cluster.job_name} {cluster.task_id} server at "
+                           f"{cluster.address} ({error_lines.cause_of(error)}); is that port in "
                            "use, or is the address not one of this machine's?") from None
 
 

@@ -48,25 +48,25 @@ class ClusterMember(hooks_lib.WorkerHooks):
     # that times out may be waiting on it rather than on another task.
     input_service = ""
 
-    def __init__(self, settings, server_config, log=print, on_stuck=None):
-        if settings.job_name != "worker":
+    def __init__(self, cluster, server_config, log=print, on_stuck=None):
+        if cluster.job_name != "worker":
             raise ClusterConfigError("only a worker task trains; a ps task runs "
                                      "run_parameter_server.")
-        self.settings = settings
+        self.cluster = cluster
         self._log = log
-        self._server = start_server(settings, server_config)
+        self._server = start_server(cluster, server_config)
         self._ops = {}
-        self._watchdog = Watchdog(f"worker {settings.task_id}", on_stuck)
+        self._watchdog = Watchdog(f"worker {cluster.task_id}", on_stuck)
 
     @property
     def is_chief(self):
         """True for worker task 0."""
-        return self.settings.is_chief
+        return self.cluster.is_chief
 
     @property
     def worker_device(self):
         """This worker's device prefix, e.g. '/job:worker/task:1'."""
-        return task_device("worker", self.settings.task_id)
+        return task_device("worker", self.cluster.task_id)
 
     def local_device(self, device):
         """`device` (e.g. '/cpu:0') on this worker: what is built there stays on it, even a
@@ -88,8 +88,8 @@ class ClusterMember(hooks_lib.WorkerHooks):
         every failed attempt to reach them."""
         def absent():
             return [f"{job} {task} at {address}"
-                    for task, address in enumerate(self.settings.hosts(job))
-                    if (job, task) != (self.settings.job_name, self.settings.task_id)
+                    for task, address in enumerate(self.cluster.hosts(job))
+                    if (job, task) != (self.cluster.job_name, self.cluster.task_id)
                     and not is_reachable(address)]
         missing = absent()
         if missing:
@@ -107,7 +107,7 @@ class ClusterMember(hooks_lib.WorkerHooks):
         own = step_shape(train_graph)
         if list(others) != own:
             raise ClusterConfigError(
-                f"worker {self.settings.task_id} trains {own[0]} examples a step on {own[1]} "
+                f"worker {self.cluster.task_id} trains {own[0]} examples a step on {own[1]} "
                 f"tower(s) (batch x micro-batches, towers x micro-batches), but "
                 f"{self._shape_source} {list(map(int, others))}: start every worker "
                 "with the same --batch_size, --accumulate_steps and --num_gpus, and with one "
@@ -117,9 +117,9 @@ class ClusterMember(hooks_lib.WorkerHooks):
     def explain(self, error, where, timeout=None):
         """A TaskLostError for a TensorFlow error of this worker's session: which tasks do not
         answer, and what to do."""
-        prefix = f"worker {self.settings.task_id} {where}"
+        prefix = f"worker {self.cluster.task_id} {where}"
         timed_out = isinstance(error, tf.errors.DeadlineExceededError)
-        down = unreachable_tasks(self.settings, 0.0 if timed_out else LOST_TASK_SETTLE_SECS)
+        down = unreachable_tasks(self.cluster, 0.0 if timed_out else LOST_TASK_SETTLE_SECS)
         down = f"; not answering now: {down}" if down else ""
         restart = ("Stop every task and start them again; training resumes from the chief's "
                    "last checkpoint.")

@@ -25,8 +25,8 @@ from inception.loop.stop_request import StopRequest
 tf1 = tf.compat.v1
 
 
-def run_parameter_server(settings, log=print):
-    """Serves parameter-server task `settings.task_id` until every worker says it is done.
+def run_parameter_server(cluster, log=print):
+    """Serves parameter-server task `cluster.task_id` until every worker says it is done.
 
     Returns None after a normal end, or the number of the signal that stopped the cluster's
     training: one to this task (its first SIGINT/SIGTERM sets that signal's stop flag, so the
@@ -35,19 +35,19 @@ def run_parameter_server(settings, log=print):
     when a worker does not come up within `startup_timeout_secs`, or disappears without saying
     it is done.
     """
-    server = start_server(settings, tf1.ConfigProto(device_count={"GPU": 0}))
-    log(cli.timestamped(f"{settings.describe()}: serving variables"))
+    server = start_server(cluster, tf1.ConfigProto(device_count={"GPU": 0}))
+    log(cli.timestamped(f"{cluster.describe()}: serving variables"))
     # The queue is polled, never waited on with a timeout: a timed-out wait on the server's
     # own master can deadlock TensorFlow's cancellation (measured, after some hundred waits).
     graph = tf.Graph()
-    with graph.as_default(), tf.device(ps_device(settings.task_id)):
-        queue = done_queue(settings.task_id)
+    with graph.as_default(), tf.device(ps_device(cluster.task_id)):
+        queue = done_queue(cluster.task_id)
         count = tf1.placeholder(tf.int32, [])
         waiting, take = queue.size(), queue.dequeue_many(count)
         _, set_flags = stop_flags()  # on parameter server 0
-    config = tf1.ConfigProto(device_filters=[task_device("ps", settings.task_id),
+    config = tf1.ConfigProto(device_filters=[task_device("ps", cluster.task_id),
                                              task_device("ps", 0)])
-    watch = _WorkerWatch(settings, time.time())
+    watch = _WorkerWatch(cluster, time.time())
     signalled_at = None
     with tf1.Session(server.target, graph=graph, config=config) as session, \
             StopRequest(log, f"letting the workers finish first (for at most "
@@ -67,8 +67,8 @@ def run_parameter_server(settings, log=print):
             watch.probe(time.time())
             time.sleep(PROBE_INTERVAL_SECS)
         ended_by = stop.signal_number or watch.ended_by_signal
-    log(cli.timestamped(f"all {settings.num_workers} worker(s) are done; parameter "
-                                 f"server {settings.task_id} exits"))
+    log(cli.timestamped(f"all {cluster.num_workers} worker(s) are done; parameter "
+                                 f"server {cluster.task_id} exits"))
     return ended_by
 
 
@@ -84,9 +84,9 @@ def _try_to_set(session, set_flag):
 class _WorkerWatch:
     """Which workers are done, have been seen, or stopped answering (for a parameter server)."""
 
-    def __init__(self, settings, start_time):
-        self._settings = settings
-        self._startup_deadline = start_time + settings.startup_timeout_secs
+    def __init__(self, cluster, start_time):
+        self._cluster = cluster
+        self._startup_deadline = start_time + cluster.startup_timeout_secs
         self._done, self._seen, self._misses = set(), set(), {}
         self._reasons = {}
         self._first_done_time = None
@@ -94,7 +94,7 @@ class _WorkerWatch:
     @property
     def all_done(self):
         """True once every worker said it is done."""
-        return len(self._done) == self._settings.num_workers
+        return len(self._done) == self._cluster.num_workers
 
     @property
     def ended_by_signal(self):
@@ -113,7 +113,7 @@ class _WorkerWatch:
         """Checks every worker not yet done; raises TaskLostError for a lost, absent or stuck
         one."""
         self._check_stragglers(now)
-        for task, address in enumerate(self._settings.worker_hosts):
+        for task, address in enumerate(self._cluster.worker_hosts):
             if task in self._done:
                 continue
             if is_reachable(address):
@@ -124,25 +124,25 @@ class _WorkerWatch:
                 if self._misses[task] >= PROBE_FAILURES:
                     raise TaskLostError(
                         f"worker {task} at {address} stopped answering before it finished "
-                        f"training; parameter server {self._settings.task_id} stops too. See "
+                        f"training; parameter server {self._cluster.task_id} stops too. See "
                         "that worker's log, then restart every task to resume from the last "
                         "checkpoint.")
             elif now > self._startup_deadline:
                 raise TaskLostError(
                     f"worker {task} at {address} did not come up within "
-                    f"{self._settings.startup_timeout_secs:g} s; start it (with the same "
+                    f"{self._cluster.startup_timeout_secs:g} s; start it (with the same "
                     "--ps_hosts/--worker_hosts) or raise --startup_timeout_secs.")
 
     def _check_stragglers(self, now):
         # A worker that ends releases the others at once (it closes the token queue), so the
         # rest end soon after; one that does not is stuck (e.g. stopped) though it still
         # accepts connections.
-        limit = self._settings.step_timeout_secs
+        limit = self._cluster.step_timeout_secs
         if self._first_done_time is None or now - self._first_done_time <= limit:
             return
         pending = [f"worker {task} at {address}"
-                   for task, address in enumerate(self._settings.worker_hosts)
+                   for task, address in enumerate(self._cluster.worker_hosts)
                    if task not in self._done]
         raise TaskLostError(f"{', '.join(pending)} did not finish within {limit:g} s after the "
-                           f"first worker did; parameter server {self._settings.task_id} stops. "
+                           f"first worker did; parameter server {self._cluster.task_id} stops. "
                            "See those workers' logs.")

@@ -59,8 +59,8 @@ class ClusterWorker(ClusterMember):
     run_training as `worker`. `on_stuck`: see ClusterMember.
     """
 
-    def __init__(self, settings, server_config, log=print, on_stuck=None):
-        super().__init__(settings, server_config, log, on_stuck)
+    def __init__(self, cluster, server_config, log=print, on_stuck=None):
+        super().__init__(cluster, server_config, log, on_stuck)
         self._sync_optimizer = None
         self._steps_run, self._update_failures = 0, []
         self._stop_reason = None  # a signal number or "early", once this worker stops
@@ -74,7 +74,7 @@ class ClusterWorker(ClusterMember):
     def device_scope(self):
         """Variables on the parameter servers (round robin), every other op on this worker."""
         return tf1.device(tf1.train.replica_device_setter(
-            worker_device=self.worker_device, cluster=self.settings.cluster_spec()))
+            worker_device=self.worker_device, cluster=self.cluster.cluster_spec()))
 
     def wrap_optimizer(self, optimizer, moving_average, variables):
         """The synchronous-replicas version of `optimizer`; its update (run by the chief) also
@@ -82,8 +82,8 @@ class ClusterWorker(ClusterMember):
         # The user-facing rule (one-stage plans only) lives in config/rules.py.
         assert self._sync_optimizer is None, "a second stage on a cluster"
         self._sync_optimizer = tf1.train.SyncReplicasOptimizer(
-            optimizer, replicas_to_aggregate=self.settings.replicas_to_aggregate,
-            total_num_replicas=self.settings.num_workers, variable_averages=moving_average,
+            optimizer, replicas_to_aggregate=self.cluster.replicas_to_aggregate,
+            total_num_replicas=self.cluster.num_workers, variable_averages=moving_average,
             variables_to_average=variables)
         return self._sync_optimizer
 
@@ -122,7 +122,7 @@ class ClusterWorker(ClusterMember):
         self._ops.update({("set", reason): op for reason, op in set_flags.items()})
         done, ping = [], []
         self._done_message = tf1.placeholder(tf.int32, [], name="done_message")
-        for task in range(len(self.settings.ps_hosts)):
+        for task in range(len(self.cluster.ps_hosts)):
             with tf.device(ps_device(task)):
                 done.append(done_queue(task).enqueue(self._done_message))
                 ping.append(tf.no_op())
@@ -135,8 +135,8 @@ class ClusterWorker(ClusterMember):
         config = tf1.ConfigProto()
         config.CopyFrom(session_config)
         config.device_filters[:] = ["/job:ps", self.worker_device]
-        config.operation_timeout_in_ms = int(self.settings.step_timeout_secs * 1000)
-        deadline = time.time() + self.settings.startup_timeout_secs
+        config.operation_timeout_in_ms = int(self.cluster.step_timeout_secs * 1000)
+        deadline = time.time() + self.cluster.startup_timeout_secs
         # Probing the ports first keeps TensorFlow from logging every failed attempt.
         self._wait_for_parameter_servers(deadline)
         while True:
@@ -158,22 +158,22 @@ class ClusterWorker(ClusterMember):
     def _parameter_servers_late(self, missing=None):
         del missing  # named below with every task that does not answer
         return TaskLostError(
-            f"the parameter servers did not answer within {self.settings.startup_timeout_secs:g}"
-            f" s (not answering: {unreachable_tasks(self.settings) or 'none now'}); start them "
+            f"the parameter servers did not answer within {self.cluster.startup_timeout_secs:g}"
+            f" s (not answering: {unreachable_tasks(self.cluster) or 'none now'}); start them "
             "with the same --ps_hosts/--worker_hosts or raise --startup_timeout_secs.")
 
     def wait_until_ready(self, session):
         """Waits for the chief to initialize or restore the model; returns the global step."""
-        deadline = time.time() + self.settings.startup_timeout_secs
-        self._log(cli.timestamped(f"{self.settings.describe()}: waiting for the chief "
-                                           f"(worker 0 at {self.settings.worker_hosts[0]}) to "
+        deadline = time.time() + self.cluster.startup_timeout_secs
+        self._log(cli.timestamped(f"{self.cluster.describe()}: waiting for the chief "
+                                           f"(worker 0 at {self.cluster.worker_hosts[0]}) to "
                                            "initialize the model"))
         while not self._run("is_ready", session, PROBE_INTERVAL_SECS * 5,
                             "waiting for the chief"):
             if time.time() > deadline:
                 raise TaskLostError(
-                    f"the chief (worker 0 at {self.settings.worker_hosts[0]}) did not "
-                    f"initialize the model within {self.settings.startup_timeout_secs:g} s; "
+                    f"the chief (worker 0 at {self.cluster.worker_hosts[0]}) did not "
+                    f"initialize the model within {self.cluster.startup_timeout_secs:g} s; "
                     "start it (same --ps_hosts/--worker_hosts) or raise --startup_timeout_secs.")
             time.sleep(PROBE_INTERVAL_SECS / 2)
         self.check_step_shape(self._train_graph, self._run("chief_shape", session,
@@ -183,7 +183,7 @@ class ClusterWorker(ClusterMember):
     def begin(self, session):
         """Chief: prepares the gradient accumulators, starts applying updates, then lets the
         other workers in. Other workers: start counting from the current global step."""
-        timeout = self.settings.step_timeout_secs
+        timeout = self.cluster.step_timeout_secs
         if not self.is_chief:
             self._run("local_step_init", session, timeout, "starting")
             return
@@ -193,13 +193,13 @@ class ClusterWorker(ClusterMember):
         self._run("set_chief_shape", session, timeout, "starting")
         self._run("set_ready", session, timeout, "starting")
         self._log(cli.timestamped(
-            f"{self.settings.describe()}: each update averages the gradients of "
-            f"{self.settings.replicas_to_aggregate} worker(s)"))
+            f"{self.cluster.describe()}: each update averages the gradients of "
+            f"{self.cluster.replicas_to_aggregate} worker(s)"))
 
     def _apply_updates(self, session):
         # The chief's update loop (what the original ran as the chief queue runner). It ends
         # when the session closes (Cancelled), the token queue is closed, or a task is lost.
-        timeout = self.settings.startup_timeout_secs + self.settings.step_timeout_secs
+        timeout = self.cluster.startup_timeout_secs + self.cluster.step_timeout_secs
         while True:
             try:
                 session.run(self._ops["update"], options=hooks_lib.run_options(timeout))
@@ -218,9 +218,9 @@ class ClusterWorker(ClusterMember):
         the token queue, or a signal's flag is set: with the reason it set), TaskLostError
         when a task is lost or the update does not come in time.
         """
-        timeout = self.settings.step_timeout_secs
+        timeout = self.cluster.step_timeout_secs
         if self._steps_run == 0:
-            timeout += self.settings.startup_timeout_secs
+            timeout += self.cluster.startup_timeout_secs
         where = f"after step {step}"
         try:
             with self._watchdog.around(timeout, f"the step after step {step}"):
@@ -247,7 +247,7 @@ class ClusterWorker(ClusterMember):
         """ClusterMember.explain, unless the chief's update failed: then that failure (the
         other workers see only their steps end)."""
         if self._update_failures:
-            return ClusterError(f"worker {self.settings.task_id} {where}: the chief could not "
+            return ClusterError(f"worker {self.cluster.task_id} {where}: the chief could not "
                                 "apply the synchronous update "
                                 f"({error_lines.cause_of(self._update_failures[0])}).")
         return super().explain(error, where, timeout)
@@ -255,7 +255,7 @@ class ClusterWorker(ClusterMember):
     def before_save(self, session):
         """Refuses to checkpoint weights that are no longer finite (another worker's loss
         may have diverged; this chief only sees its own towers' losses)."""
-        if not self._run("weights_finite", session, self.settings.step_timeout_secs,
+        if not self._run("weights_finite", session, self.cluster.step_timeout_secs,
                          "checking the weights"):
             raise guards.DivergenceError(
                 "the model's weights are no longer finite (NaN/Inf): a worker's loss diverged. "
@@ -278,7 +278,7 @@ class ClusterWorker(ClusterMember):
             self._try_run(("set", self._stop_reason), session)
         self._try_run("close_tokens", session)
         self._try_run("done", session, {self._done_message: done_message(
-            self.settings.task_id, self._stop_reason)})
+            self.cluster.task_id, self._stop_reason)})
 
 
 def _all_finite(variables):

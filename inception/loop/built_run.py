@@ -30,11 +30,11 @@ class BuiltRun:
     keep_position: object  # callable(session, restore): resume.keeping_input_position
 
 
-def build_run(build_graph, settings, worker, checkpoint, make_initializer, log):
+def build_run(build_graph, loop, worker, checkpoint, make_initializer, log):
     """The run's BuiltRun: its graph (`build_graph()`, inside `worker`'s device scope), the
     Saver of every saved variable, and how it starts: resumed from `checkpoint`, fresh (then
     `make_initializer()`'s initializer runs), or, on a non-chief worker, by waiting for the
-    chief. `settings`: settings.LoopSettings."""
+    chief. `loop`: settings.LoopSettings."""
     graph = tf.Graph()
     with graph.as_default(), worker.device_scope():
         train_graph = build_graph()
@@ -42,8 +42,8 @@ def build_run(build_graph, settings, worker, checkpoint, make_initializer, log):
         # Relative names in TensorFlow's `checkpoint` file: the directory stays usable when it
         # is copied or moved (run/directory.py).
         saver = tf1.train.Saver(
-            saved_variables, max_to_keep=settings.keep_checkpoints, name="saver",
-            keep_checkpoint_every_n_hours=settings.keep_checkpoint_every_n_hours or 1e6,
+            saved_variables, max_to_keep=loop.keep_checkpoints, name="saver",
+            keep_checkpoint_every_n_hours=loop.keep_checkpoint_every_n_hours or 1e6,
             save_relative_paths=True)
         if not worker.is_chief:
             start = worker.wait_until_ready
@@ -51,8 +51,8 @@ def build_run(build_graph, settings, worker, checkpoint, make_initializer, log):
             start = resume.prepare_resume(checkpoint, train_graph, saved_variables, log)
         else:
             # Only a rollback reads the starting weights back (loop/rollback.py).
-            kept = (RunDirectory(settings.train_dir).start_prefix()
-                    if settings.on_nan == "rollback" else None)
+            kept = (RunDirectory(loop.train_dir).start_prefix()
+                    if loop.on_nan == "rollback" else None)
             start = resume.prepare_fresh_start(train_graph, make_initializer, saved_variables,
                                                kept)
         health = guards.VariableHealth(saved_variables)
@@ -61,7 +61,7 @@ def build_run(build_graph, settings, worker, checkpoint, make_initializer, log):
         worker.build(train_graph)
         graph.finalize()
     if checkpoint:
-        saver.recover_last_checkpoints(RunDirectory(settings.train_dir).listed())
+        saver.recover_last_checkpoints(RunDirectory(loop.train_dir).listed())
     return BuiltRun(graph, train_graph, saver, start, health, local_init, keep_position)
 
 

@@ -53,12 +53,12 @@ class AlignedCadence:
 class LoopCadences:
     """When to log, summarize and checkpoint, and where the current log interval began."""
 
-    def __init__(self, settings, step, now):
-        self.settings = settings
-        self.log = Cadence(settings.log_every_n_steps, start_step=step, start_time=now)
-        self.summary = Cadence(settings.save_summaries_steps, settings.save_summaries_secs,
-                               start_step=step - settings.save_summaries_steps, start_time=now)
-        self.checkpoint = Cadence(settings.save_checkpoint_steps, settings.save_interval_secs,
+    def __init__(self, loop, step, now):
+        self.loop = loop
+        self.log = Cadence(loop.log_every_n_steps, start_step=step, start_time=now)
+        self.summary = Cadence(loop.save_summaries_steps, loop.save_summaries_secs,
+                               start_step=step - loop.save_summaries_steps, start_time=now)
+        self.checkpoint = Cadence(loop.save_checkpoint_steps, loop.save_interval_secs,
                                   start_step=step, start_time=now)
         self.interval_start, self.interval_step = now, step
 

@@ -24,12 +24,12 @@ class Rollbacks:
       session: the loop's session; built: its built_run.BuiltRun (the Saver, the
         step_graph.TrainGraph, the run's start and resume.keeping_input_position's callable).
       run_dir: run.directory.RunDirectory; worker: loop.hooks.WorkerHooks (a non-chief sets
-        nothing aside); settings: settings.LoopSettings; log: callable(str).
+        nothing aside); loop: settings.LoopSettings; log: callable(str).
     """
 
-    def __init__(self, session, built, run_dir, worker, settings, log):
+    def __init__(self, session, built, run_dir, worker, loop, log):
         self.session, self.saver, self.graph = session, built.saver, built.train_graph
-        self.run_dir, self.worker, self.settings, self.log = run_dir, worker, settings, log
+        self.run_dir, self.worker, self.loop, self.log = run_dir, worker, loop, log
         self.restart, self.keep_position = built.start, built.keep_position
         self.count = 0
         self.resumed_from = None  # the checkpoint this run started from
@@ -42,7 +42,7 @@ class Rollbacks:
         self.resumed_from = checkpoint
         if self.worker.is_chief:
             self.start_kept = True
-            if checkpoint is not None or self.settings.on_nan != "rollback":
+            if checkpoint is not None or self.loop.on_nan != "rollback":
                 self.drop_start()
 
     def mark_verified(self, checkpoint):
@@ -83,12 +83,12 @@ class Rollbacks:
     def recover(self, diverged, watch):
         """Stops (raising guards.DivergenceError) or rolls back after `diverged` (a
         guards.Diverged); returns (the step rolled back to, the checkpoint restored or None)."""
-        settings = self.settings
+        loop = self.loop
         healthy, set_aside = self.set_aside_diverged(diverged.step, watch)
-        if settings.on_nan != "rollback" or self.count >= settings.max_nan_rollbacks:
-            if settings.on_nan == "rollback":
+        if loop.on_nan != "rollback" or self.count >= loop.max_nan_rollbacks:
+            if loop.on_nan == "rollback":
                 self.log(f"{self.count} rollback(s) already (--max_nan_rollbacks="
-                         f"{settings.max_nan_rollbacks}); stopping.")
+                         f"{loop.max_nan_rollbacks}); stopping.")
             raise diverged.error(healthy, set_aside) from None
         target = self._roll_back_to(healthy)
         if target is None:
@@ -101,7 +101,7 @@ class Rollbacks:
         self.log(cli.timestamped(
             f"{diverged}; rolled back to {target} (step {step}), skipping the "
             f"{diverged.step - step} batch(es) since (rollback {self.count} of at most "
-            f"{settings.max_nan_rollbacks}){aside}."))
+            f"{loop.max_nan_rollbacks}){aside}."))
         return step, healthy
 
     def _roll_back_to(self, healthy):

@@ -50,11 +50,11 @@ class TrainResult:
     last_validation: object = None
 
 
-def run_training(build_graph, session_config, settings, make_initializer=None, log=print,
+def run_training(build_graph, session_config, loop, make_initializer=None, log=print,
                  worker=None, validation=None):
-    """Builds the graph with `build_graph()` and trains until `settings.max_steps`.
+    """Builds the graph with `build_graph()` and trains until `loop.max_steps`.
 
-    Resumes from the newest checkpoint in `settings.train_dir` that restores and holds finite
+    Resumes from the newest checkpoint in `loop.train_dir` that restores and holds finite
     values (each one skipped is named in the log, none deleted); otherwise initializes the
     variables and then runs the initializer that `make_initializer()` (called while the graph
     is built) returned, e.g. to restore a pretrained model. Runs each step with the train op
@@ -64,13 +64,13 @@ def run_training(build_graph, session_config, settings, make_initializer=None, l
     training diverges, the checkpoints written since the divergence began are set aside
     (run.health.HealthRecords.last_healthy) and it stops with guards.DivergenceError
     naming the step, the last healthy checkpoint and those set aside, or, with
-    `settings.on_nan='rollback'`, goes back to the last healthy checkpoint (or the weights a
+    `loop.on_nan='rollback'`, goes back to the last healthy checkpoint (or the weights a
     fresh run started from) and on with the next batches.
 
     Args:
       build_graph: callable() -> step_graph.TrainGraph, called inside a fresh default graph.
       session_config: tf.compat.v1.ConfigProto (devices for the towers); log: callable(str).
-      settings: settings.LoopSettings, its max_steps filled (settings.with_defaults).
+      loop: settings.LoopSettings, its max_steps filled (settings.with_defaults).
       make_initializer: optional callable() -> callable(session), for a fresh start only.
       worker: WorkerHooks; None trains on this machine alone. A non-chief worker neither reads
         nor writes `train_dir`: it waits for the chief to initialize the shared variables.
@@ -82,13 +82,13 @@ def run_training(build_graph, session_config, settings, make_initializer=None, l
       checkpoint_io.CheckpointError when no checkpoint restores or one cannot be written.
     """
     worker = worker or hooks_lib.WorkerHooks()
-    run_dir = RunDirectory(settings.train_dir)
+    run_dir = RunDirectory(loop.train_dir)
     checkpoint = None
     if worker.is_chief:
-        tf.io.gfile.makedirs(settings.train_dir)
+        tf.io.gfile.makedirs(loop.train_dir)
         run_dir.remove_interrupted_saves(log)
         checkpoint = run_dir.newest_usable(log, set_aside=True)
-    built = built_run.build_run(build_graph, settings, worker, checkpoint,
+    built = built_run.build_run(build_graph, loop, worker, checkpoint,
                                 make_initializer, log)
     # The graphs' Python objects live as long as the run: frozen, the garbage collector stops
     # rescanning them whenever work between steps (a validation) makes many short-lived objects
@@ -96,25 +96,25 @@ def run_training(build_graph, session_config, settings, make_initializer=None, l
     gc.collect()
     gc.freeze()
     try:
-        return _train_built(built, session_config, settings, checkpoint, worker, log,
+        return _train_built(built, session_config, loop, checkpoint, worker, log,
                             validation)
     finally:
         gc.unfreeze()
 
 
-def _train_built(built, session_config, settings, checkpoint, worker, log, validation):
+def _train_built(built, session_config, loop, checkpoint, worker, log, validation):
     for name in built.train_graph.skipped_variables:
         log(f"note: no loss reaches variable {name}; it is left out of the update.")
-    end_step = min(settings.max_steps, built.train_graph.plan.total_steps or settings.max_steps)
+    end_step = min(loop.max_steps, built.train_graph.plan.total_steps or loop.max_steps)
     with worker.open_session(built.graph, session_config) as session:
         try:
             step = built_run.start_session(session, built, checkpoint, worker, log)
             if step >= end_step:
-                log(f"{settings.train_dir} is already at step {step}, the end of this run "
-                    f"(--max_steps={settings.max_steps}); nothing to train. Raise --max_steps "
+                log(f"{loop.train_dir} is already at step {step}, the end of this run "
+                    f"(--max_steps={loop.max_steps}); nothing to train. Raise --max_steps "
                     "or use a new --train_dir.")
                 return TrainResult(step=step, checkpoint=checkpoint)
-            loop = _Loop(session, built, dataclasses.replace(settings, max_steps=end_step),
+            loop = _Loop(session, built, dataclasses.replace(loop, max_steps=end_step),
                          worker, log, validation)
             return loop.run(step, checkpoint)
         finally:
@@ -125,35 +125,34 @@ class _Loop:
     """One run of the training loop over an open session: steps, logs, summaries, the
     divergence checks, rollbacks and checkpoints."""
 
-    def __init__(self, session, built, settings, worker, log, validation):
+    def __init__(self, session, built, loop, worker, log, validation):
         self.session, self.saver, self.graph = session, built.saver, built.train_graph
-        self.settings, self.worker, self.log = settings, worker, log
+        self.loop, self.worker, self.log = loop, worker, log
         self.validation, self.health = validation, built.health
-        self.run_dir = RunDirectory(settings.train_dir)
+        self.run_dir = RunDirectory(loop.train_dir)
         self.writer = hooks_lib.NoSummaryWriter()
         self.watch = guards.LossWatch()
-        self.rollbacks = rollback.Rollbacks(session, built, self.run_dir, worker, settings,
+        self.rollbacks = rollback.Rollbacks(session, built, self.run_dir, worker, loop,
                                             log)
         self.unverified = None  # the newest checkpoint whose first step has not run yet
         self.last_loss = self.last_norm = float("nan")
         self.profiler = profiling.StepProfiler(
-            settings.profile_steps if worker.is_chief else None, settings.train_dir, log)
+            loop.profile_steps if worker.is_chief else None, loop.train_dir, log)
         self.lines = log_notes.LossLines(built.train_graph, session.graph, log, self._scalar,
-                                         settings.max_steps)
+                                         loop.max_steps)
 
     def run(self, step, checkpoint):
-        """Trains from `step` to settings.max_steps (or a stop request); returns TrainResult."""
-        settings = self.settings
+        """Trains from `step` to loop.max_steps (or a stop request); returns TrainResult."""
         self.rollbacks.begin(checkpoint)
         self.unverified = checkpoint
         self.clock = health.RunClock(self.run_dir, resumed=checkpoint is not None)
         if self.worker.is_chief:
             self.writer = tf1.summary.FileWriter(
-                settings.train_dir, self.session.graph if checkpoint is None else None)
+                self.loop.train_dir, self.session.graph if checkpoint is None else None)
             self.writer.add_summary(dashboard.layout_summary(), step)
         else:
-            settings = self.settings = dataclasses.replace(
-                settings, save_summaries_steps=0, save_summaries_secs=0,
+            self.loop = dataclasses.replace(
+                self.loop, save_summaries_steps=0, save_summaries_secs=0,
                 save_checkpoint_steps=0, save_interval_secs=0)
         try:
             return self._train(step, TrainResult(step=step, checkpoint=checkpoint))
@@ -163,18 +162,18 @@ class _Loop:
 
     def _train(self, step, result):
         now = time.time()
-        cadences = LoopCadences(self.settings, step, now)
+        cadences = LoopCadences(self.loop, step, now)
         saved_step, stage_index, early = step, None, False
         action = ("saving a checkpoint after this step and stopping" if self.worker.is_chief
                   else "stopping after this step")
         with StopRequest(self.log, action) as stop:
-            while step < self.settings.max_steps and \
+            while step < self.loop.max_steps and \
                     not self.worker.agree_to_stop(
                         stop.signal_number if stop.requested else None, early):
                 if self.graph.plan.stage_index_at(step) != stage_index:
                     stage_index = self.graph.plan.stage_index_at(step)
                     self.log(cli.timestamped(step_graph_lib.describe_stage(
-                        self.graph, stage_index, self.settings.max_steps)))
+                        self.graph, stage_index, self.loop.max_steps)))
                 try:
                     step, ended = self._step(step, stage_index, cadences, result)
                     if ended:
@@ -222,7 +221,7 @@ class _Loop:
             with self.profiler.around_update(step):
                 out, step = self.worker.run_step(self.session, fetches, step, metadata)
         except hooks_lib.PeerStopped as ended:
-            result.stopped_by_peer = ended.step < self.settings.max_steps
+            result.stopped_by_peer = ended.step < self.loop.max_steps
             result.stopped_early = ended.early
             result.peer_signal = ended.signal_number
             return ended.step, True
@@ -249,7 +248,7 @@ class _Loop:
         self.unverified = None
         if warning is None:
             return
-        if self.settings.on_divergence == "stop":
+        if self.loop.on_divergence == "stop":
             self.writer.flush()
             healthy, set_aside = self.rollbacks.set_aside_diverged(step + 1, self.watch)
             raise guards.DivergenceError(

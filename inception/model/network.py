@@ -35,13 +35,13 @@ def has_aux_head(image_size):
     return image_size >= MIN_AUX_IMAGE_SIZE
 
 
-def inception_logits(images, settings, is_training, batch_norm_decay=recipe.BATCH_NORM_DECAY,
+def inception_logits(images, model, is_training, batch_norm_decay=recipe.BATCH_NORM_DECAY,
                      dropout_seed=None, batch_norm=None):
     """Builds Inception v3 on `images` under variable scope `InceptionV3`.
 
     Args:
       images: float32 [batch, size, size, 3] in [-1, 1].
-      settings: settings.ModelSettings, resolved (num_classes and image_size set).
+      model: settings.ModelSettings, resolved (num_classes and image_size set).
       is_training: Python bool; batch norm uses batch statistics and dropout is on when True.
       batch_norm_decay: float or scalar float32 tensor, decay of the moving statistics.
       dropout_seed: int64 [2]: dropout's masks drawn statelessly from it (a resumed run draws
@@ -59,16 +59,16 @@ def inception_logits(images, settings, is_training, batch_norm_decay=recipe.BATC
     with slim.arg_scope(arg_scope), slim.arg_scope([slim.conv2d], **normalizer), \
             dropout_as_mask_multiply(dropout_seed):
         logits, end_points = inception_v3.inception_v3(
-            images, num_classes=settings.num_classes, is_training=is_training,
-            depth_multiplier=settings.depth_multiplier,
-            create_aux_logits=has_aux_head(settings.image_size), scope=MODEL_SCOPE)
+            images, num_classes=model.num_classes, is_training=is_training,
+            depth_multiplier=model.depth_multiplier,
+            create_aux_logits=has_aux_head(model.image_size), scope=MODEL_SCOPE)
     return logits, end_points.get("AuxLogits")
 
 
-def inference_logits(images, settings):
+def inference_logits(images, model):
     """The logits of Inception v3 in inference mode (the default model of evaluation and of
     the export)."""
-    return inception_logits(images, settings, False)[0]
+    return inception_logits(images, model, False)[0]
 
 
 @contextlib.contextmanager
@@ -183,9 +183,9 @@ class TowerOptions:
     batch_norm_groups: object = None
 
 
-def make_model_fn(settings, batch_norm_decay, options=TowerOptions()):
+def make_model_fn(model, batch_norm_decay, options=TowerOptions()):
     """Returns `model_fn(images, labels) -> towers.ModelOutputs` for towers.build_towers: the
-    network of `settings` (settings.ModelSettings) built as `options` (TowerOptions) say,
+    network of `model` (settings.ModelSettings) built as `options` (TowerOptions) say,
     its batch-norm statistics moving by `batch_norm_decay`."""
     compute_dtype, augmentation, seed = options.compute_dtype, options.augmentation, options.seed
     label_smoothing, class_weights = options.label_smoothing, options.class_weights
@@ -196,10 +196,10 @@ def make_model_fn(settings, batch_norm_decay, options=TowerOptions()):
     def model_fn(images, labels):
         stream = _tower_stream(seed, next(tower_numbers))
         statistics = batch_norm_groups and batch_norm_groups.for_tower(next(built))
-        images, targets = _mixed(images, labels, settings.num_classes, augmentation, stream)
+        images, targets = _mixed(images, labels, model.num_classes, augmentation, stream)
         with mixed_precision.building_in(compute_dtype):
             logits, aux_logits = inception_logits(
-                mixed_precision.to_compute(images, compute_dtype), settings, True,
+                mixed_precision.to_compute(images, compute_dtype), model, True,
                 batch_norm_decay,
                 tf.random.experimental.stateless_fold_in(stream, DROPOUT_STREAM), statistics)
         logits = mixed_precision.to_float32(logits)
@@ -208,7 +208,7 @@ def make_model_fn(settings, batch_norm_decay, options=TowerOptions()):
                                   label_smoothing, class_weights),
             logits=logits, labels=labels, images=images,
             example_weights=None if class_weights is None else example_weights(
-                tf.one_hot(labels, settings.num_classes), class_weights))
+                tf.one_hot(labels, model.num_classes), class_weights))
     return model_fn
 
 

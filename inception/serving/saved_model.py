@@ -83,18 +83,18 @@ def prediction_outputs(logits, texts, top_k):
             "label_texts": tf.gather(tf.constant(texts), classes), "logits": logits}
 
 
-def build_serving_graph(settings, label_names=(), top_k=commands.DEFAULT_TOP_K,
+def build_serving_graph(model, label_names=(), top_k=commands.DEFAULT_TOP_K,
                         logits_fn=None, max_pixels=image_limits.MAX_IMAGE_PIXELS,
                         limit_flag=image_limits.LIMIT_FLAG):
-    """Builds the inference graph for ModelSettings `settings`; returns ServingGraph.
+    """Builds the inference graph for ModelSettings `model`; returns ServingGraph.
 
-    logits_fn: callable(images, settings) -> logits; Inception v3 in inference mode by default.
+    logits_fn: callable(images, model) -> logits; Inception v3 in inference mode by default.
     max_pixels: images of more pixels fail `image_bytes` before decoding, with a message that
       names their size and `limit_flag`; held by the int64 constant LIMIT_CONSTANT.
     """
     logits_fn = logits_fn or network.inference_logits
-    size = settings.image_size
-    texts = label_texts(settings.num_classes, label_names)
+    size = model.image_size
+    texts = label_texts(model.num_classes, label_names)
     graph = tf.Graph()
     with graph.as_default():
         image_bytes = tf1.placeholder(tf.string, [None], name=BYTES_INPUT)
@@ -104,8 +104,8 @@ def build_serving_graph(settings, label_names=(), top_k=commands.DEFAULT_TOP_K,
             lambda encoded: preprocessing.eval_image(encoded, size, limit, limit_flag),
             image_bytes, fn_output_signature=tf.float32)
         with tf1.variable_scope(tf1.get_variable_scope(), reuse=tf1.AUTO_REUSE):
-            outputs_from_bytes = prediction_outputs(logits_fn(decoded, settings), texts, top_k)
-            outputs_from_images = prediction_outputs(logits_fn(images, settings), texts, top_k)
+            outputs_from_bytes = prediction_outputs(logits_fn(decoded, model), texts, top_k)
+            outputs_from_images = prediction_outputs(logits_fn(images, model), texts, top_k)
         restore_map = checkpoint_io.restore_map_with_averages(tf1.global_variables())
         saver = tf1.train.Saver(restore_map)
     return ServingGraph(graph=graph, image_bytes=image_bytes, images=images,
@@ -220,17 +220,17 @@ def _publish(partial_dir, version_dir):
         tf.io.gfile.copy(source, target)
 
 
-def export_training_run(settings, log=print):
-    """Exports what `settings` (config.commands.ExportSettings) name: the newest usable
-    checkpoint of the training directory (or settings.checkpoint_path) with the settings and
+def export_training_run(export, log=print):
+    """Exports what `export` (config.commands.ExportSettings) names: the newest usable
+    checkpoint of the training directory (or export.checkpoint_path) with the settings and
     label names stored beside it, refusing images of more than max_image_pixels pixels, in its
     formats (tflite_int8 calibrated on calibration_images images of the run's training
     shards); returns the new version directory. Everything is checked before anything is
     written."""
-    export_dir, formats = settings.export_dir, settings.format_names()
-    directory = RunDirectory(settings.checkpoint_dir)
+    export_dir, formats = export.export_dir, export.format_names()
+    directory = RunDirectory(export.checkpoint_dir)
     stored = directory.require_settings()
-    checkpoint_path = directory.resolve(settings.checkpoint_path, log)
+    checkpoint_path = directory.resolve(export.checkpoint_path, log)
     new_version_dir(export_dir, checkpoint_path)
     label_names = datasets.read_label_names(datasets.labels_dir(stored.data_dir), log)
     calibration = None
@@ -238,12 +238,12 @@ def export_training_run(settings, log=print):
         calibration = lite.calibration_images(datasets.labels_dir(stored.data_dir),
                                               stored.model.image_size,
                                               stored.model.num_classes - 1,
-                                              settings.calibration_images)
+                                              export.calibration_images)
         log(f"calibrating tflite_int8 on {len(calibration)} training images")
     log(f"exporting {checkpoint_path} ({stored.model.image_size} px, "
         f"{stored.model.num_classes - 1} labels)...")
     return export_saved_model(checkpoint_path, stored, label_names, export_dir, VersionContents(
-        settings.top_k, settings.max_image_pixels, formats, calibration))
+        export.top_k, export.max_image_pixels, formats, calibration))
 
 
 def _write_saved_model(serving_graph, checkpoint_path, target_dir, formats, calibration=None):

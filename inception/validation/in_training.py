@@ -38,12 +38,13 @@ class TrainingValidation:
     """Scores checkpoints of a running training on the validation shards (see the module
     docstring); built by `build`."""
 
-    def __init__(self, settings, eval_graph, session_config, train_dir, expected, label_names,
+    def __init__(self, validation, eval_graph, session_config, train_dir, expected, label_names,
                  log):
-        """settings: settings.ValidationSettings; expected: the validation examples;
+        """validation: settings.ValidationSettings; expected: the validation examples;
         label_names[i - 1] names label i."""
-        self.settings, self.eval_graph, self.session_config = settings, eval_graph, session_config
-        self.cadence = cadence.AlignedCadence(settings.eval_every_n_steps)
+        self.validation, self.eval_graph = validation, eval_graph
+        self.session_config = session_config
+        self.cadence = cadence.AlignedCadence(validation.eval_every_n_steps)
         self.train_dir, self.expected, self.label_names, self.log = (train_dir, expected,
                                                                      label_names, log)
         self.eval_dir = job.default_eval_dir(self.train_dir, SUBSET)
@@ -51,7 +52,7 @@ class TrainingValidation:
         self.best = best_lib.BestCheckpoint(self.train_dir)
         self.record = self._read_record()
         self.last_step = self.last_result = None
-        self.reached = False  # a validation reached settings.target_accuracy
+        self.reached = False  # a validation reached validation.target_accuracy
 
     def due(self, step):
         """Whether `step` is one the settings validate at (the end is asked for separately)."""
@@ -75,7 +76,7 @@ class TrainingValidation:
     def close(self):
         """Closes the summary writer; says where the results are (and that a target accuracy
         was not reached, if so)."""
-        target = self.settings.target_accuracy
+        target = self.validation.target_accuracy
         if target and not self.reached and self.last_result is not None:
             self.log(f"did not reach precision@1 {target:g}: the last validation (step "
                      f"{self.last_step}) had {self.last_result.precision_at_1:.4f}.")
@@ -86,15 +87,15 @@ class TrainingValidation:
 
     def _read_record(self):
         record = self.best.read()
-        if record is not None and record.metric != self.settings.best_metric:
+        if record is not None and record.metric != self.validation.best_metric:
             self.log(f"note: {self.best.directory.path} holds the best checkpoint by "
-                     f"{record.metric}; choosing by {self.settings.best_metric} now, the next "
+                     f"{record.metric}; choosing by {self.validation.best_metric} now, the next "
                      "validation replaces it.")
             return None
         return record
 
     def _keep_if_best(self, checkpoint_path, result):
-        metric = self.settings.best_metric
+        metric = self.validation.best_metric
         value = getattr(result, metric)
         if self.record is not None and not self.record.beaten_by(value):
             self.record = dataclasses.replace(
@@ -113,7 +114,7 @@ class TrainingValidation:
             self.record = self._record_on_disk()
             return
         self.log(f"  new best {metric} = {value:.4f}: kept as {copy}")
-        if self.settings.export_best_dir:
+        if self.validation.export_best_dir:
             self._export(copy)
 
     def _record_on_disk(self):
@@ -128,7 +129,7 @@ class TrainingValidation:
         try:
             version = saved_model.export_saved_model(
                 copy, self.best.directory.read_settings(), self.label_names,
-                self.settings.export_best_dir)
+                self.validation.export_best_dir)
         except saved_model.ExportError as error:
             self.log(f"warning: the new best checkpoint was not exported: {error}")
             return
@@ -137,7 +138,7 @@ class TrainingValidation:
     def _reached_target(self, result, wall_secs):
         """Whether `result` reaches the target accuracy: then logged with the time it took and
         written as tags.TIME_TO_ACCURACY (seconds) at its step."""
-        target = self.settings.target_accuracy
+        target = self.validation.target_accuracy
         if not target or result.precision_at_1 < target:
             return False
         self.reached = True
@@ -151,7 +152,7 @@ class TrainingValidation:
         return True
 
     def _should_stop(self):
-        patience = self.settings.stop_after_evals_without_improvement
+        patience = self.validation.stop_after_evals_without_improvement
         if not patience or self.record.evals_without_improvement < patience:
             return False
         self.log(f"early stopping: {patience} validation(s) without a better "

@@ -77,13 +77,13 @@ def batch_scores(logits, labels):
     return top1, top5, loss
 
 
-def build_eval_graph(shards, settings, batch_size, max_examples=0, strict=False,
+def build_eval_graph(shards, model, batch_size, max_examples=0, strict=False,
                      logits_fn=None):
-    """Builds the evaluation graph for `settings` over `shards`.
+    """Builds the evaluation graph for `model` (settings.ModelSettings) over `shards`.
 
     Args:
       max_examples: evaluate only the first this many records (0: all).
-      logits_fn: callable(images, settings) -> logits [batch, num_classes]; Inception v3 in
+      logits_fn: callable(images, model) -> logits [batch, num_classes]; Inception v3 in
         inference mode by default (tests pass a tiny model).
     """
     logits_fn = logits_fn or network.inference_logits
@@ -93,10 +93,10 @@ def build_eval_graph(shards, settings, batch_size, max_examples=0, strict=False,
         # (--deterministic, on during training's validations) from refusing their initializers.
         tf1.set_random_seed(0)
         with tf.device(HOST_DEVICE):
-            batch = pipeline.build_eval_input(shards, batch_size, settings.image_size,
-                                              settings.num_classes, strict=strict,
+            batch = pipeline.build_eval_input(shards, batch_size, model.image_size,
+                                              model.num_classes, strict=strict,
                                               max_examples=max_examples)
-        logits = logits_fn(batch.images, settings)
+        logits = logits_fn(batch.images, model)
         top1, top5, loss_sum = batch_scores(logits, batch.labels)
         batch_examples = tf.size(batch.labels, out_type=tf.int64)
         predictions = tf.argmax(logits, axis=-1)
@@ -110,7 +110,7 @@ def build_eval_graph(shards, settings, batch_size, max_examples=0, strict=False,
                      loss_sum=loss_sum, batch_examples=batch_examples, labels=batch.labels,
                      predictions=predictions,
                      corrupt_records=batch.corrupt_records, restore_map=restore_map, saver=saver,
-                     num_classes=settings.num_classes)
+                     num_classes=model.num_classes)
 
 
 def evaluate_checkpoint(eval_graph, checkpoint_path, session_config=None, expected_examples=0,

@@ -64,7 +64,7 @@ class TimedOutStepTest(absltest.TestCase):
         with socket.socket() as unused:
             unused.bind(("127.0.0.1", 0))
             gone = "127.0.0.1:%d" % unused.getsockname()[1]
-        worker.settings = ClusterSettings("worker", 0, (), (gone, gone))
+        worker.cluster = ClusterSettings("worker", 0, (), (gone, gone))
         worker.input_service = input_service
         return str(worker.explain(tf.errors.DeadlineExceededError(None, None, "deadline"),
                                   "after step 3", 30))

@@ -44,8 +44,7 @@ def step_times(devices, batch, image_size, depth_multiplier, steps, all_reduce=N
         pipeline.InputBatch(images, labels, tf.constant(0, tf.int64), tf.no_op()),
         lambda decay: network.make_model_fn(
             model, decay, network.TowerOptions(batch_norm_groups=batch_norm_groups)),
-        optimization, sharing.OneDevice(devices) if all_reduce is None
-        else sharing.Replicated(devices, all_reduce), 10_000)
+        optimization, sharing.for_devices(devices, all_reduce), 10_000)
     config = tf1.ConfigProto()
     config.device_count["CPU"] = max(2, sum(device.startswith("/cpu") for device in devices))
     times = []

@@ -6,6 +6,7 @@ import glob
 import os
 import subprocess
 import tempfile
+import threading
 from unittest import mock
 
 import numpy as np
@@ -59,6 +60,23 @@ def tiny_demo_data(train=48, validation=20):
     return demo_data.ensure_demo_data(cache_dir=temp_dir("demo_cache"),
                                       counts={"train": train, "validation": validation},
                                       log=lambda message: None)
+
+
+class DemoData:
+    """A small demo data set (tiny_demo_data) made on the first use of `path`, then shared by a
+    test process's tests, which only read it: a test module's data, declared once."""
+
+    def __init__(self, train, validation):
+        self.counts, self._path = (train, validation), None
+        self._lock = threading.Lock()  # a cluster test's tasks, on threads, ask at once
+
+    @property
+    def path(self):
+        """The data set's directory (made now if it is not yet)."""
+        with self._lock:
+            if self._path is None:
+                self._path = tiny_demo_data(*self.counts)
+        return self._path
 
 
 def small_conv_model_fn(num_classes=4, weight_decay=0.01, unused_variable=False):
@@ -154,7 +172,7 @@ def run_towers(images, labels, model_fn, devices, config, var_scopes=None):
     with graph.as_default():
         tf1.set_random_seed(0)
         inputs = towers.split_batch((tf.constant(images), tf.constant(labels)), len(devices))
-        tower_list = towers.build_towers(model_fn, inputs, devices)
+        tower_list = towers.build_towers(model_fn, inputs, devices, on_host(devices))
         regularization = towers.regularization_loss()
         totals = towers.tower_total_losses(tower_list, regularization)
         mean_loss = towers.mean_over_towers(totals)
@@ -191,8 +209,21 @@ def optimization(**values):
                                       recipe.IMAGENET_DEFAULTS)
 
 
-TINY_INCEPTION = settings_lib.ModelSettings(num_classes=5, image_size=75, depth_multiplier=0.1,
-                                            dataset="synthetic")
+# The tests' Inception v3: a tenth of the channels, the smallest input (or with the aux head).
+TINY_DEPTH, SMALL_IMAGE, AUX_HEAD_IMAGE = 0.1, 75, 107
+
+
+def tiny_model(aux_head=False):
+    """The tiny network's settings, as train_settings' (or ModelSettings') keywords."""
+    return dict(image_size=AUX_HEAD_IMAGE if aux_head else SMALL_IMAGE, depth_multiplier=TINY_DEPTH)
+
+
+def tiny_flags(aux_head=False):
+    """The tiny network's settings as train.py's flags."""
+    return [f"--{name}={value}" for name, value in tiny_model(aux_head).items()]
+
+
+TINY_INCEPTION = settings_lib.ModelSettings(num_classes=5, **tiny_model(), dataset="synthetic")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -344,10 +375,13 @@ def sharing_of(devices, all_reduce=None, variable_device="/cpu:0"):
     """The sharing.VariableSharing of towers on `devices`: replicated with `all_reduce` (an
     all_reduce.AllReduceSpec; across workers when its num_workers > 1), else every variable on
     `variable_device`."""
-    if all_reduce is None:
-        return sharing.OneDevice(devices, variable_device)
-    kind = sharing.AllReduceCluster if all_reduce.num_workers > 1 else sharing.Replicated
-    return kind(devices, all_reduce)
+    return sharing.for_devices(devices, all_reduce, variable_device)
+
+
+def on_host(devices):
+    """towers.build_towers' tower_scope for towers on `devices` reading every variable from the
+    host (sharing.OneDevice's)."""
+    return sharing.OneDevice(devices).tower_scope
 
 
 def train_small_model(train_dir, max_steps, save_checkpoint_steps=2, log=None, all_reduce=None,

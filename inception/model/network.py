@@ -187,25 +187,24 @@ def make_model_fn(model, batch_norm_decay, options=TowerOptions()):
     """Returns `model_fn(images, labels) -> towers.ModelOutputs` for towers.build_towers: the
     network of `model` (settings.ModelSettings) built as `options` (TowerOptions) say,
     its batch-norm statistics moving by `batch_norm_decay`."""
-    compute_dtype, augmentation, seed = options.compute_dtype, options.augmentation, options.seed
-    label_smoothing, class_weights = options.label_smoothing, options.class_weights
-    batch_norm_groups = options.batch_norm_groups
     tower_numbers = itertools.count(options.first_tower)
     built = itertools.count()
 
     def model_fn(images, labels):
-        stream = _tower_stream(seed, next(tower_numbers))
-        statistics = batch_norm_groups and batch_norm_groups.for_tower(next(built))
-        images, targets = _mixed(images, labels, model.num_classes, augmentation, stream)
-        with mixed_precision.building_in(compute_dtype):
+        stream = _tower_stream(options.seed, next(tower_numbers))
+        groups = options.batch_norm_groups
+        statistics = groups and groups.for_tower(next(built))
+        images, targets = _mixed(images, labels, model.num_classes, options.augmentation, stream)
+        with mixed_precision.building_in(options.compute_dtype):
             logits, aux_logits = inception_logits(
-                mixed_precision.to_compute(images, compute_dtype), model, True,
+                mixed_precision.to_compute(images, options.compute_dtype), model, True,
                 batch_norm_decay,
                 tf.random.experimental.stateless_fold_in(stream, DROPOUT_STREAM), statistics)
         logits = mixed_precision.to_float32(logits)
+        class_weights = options.class_weights
         return towers.ModelOutputs(
             classification_losses(logits, mixed_precision.to_float32(aux_logits), targets,
-                                  label_smoothing, class_weights),
+                                  options.label_smoothing, class_weights),
             logits=logits, labels=labels, images=images,
             example_weights=None if class_weights is None else example_weights(
                 tf.one_hot(labels, model.num_classes), class_weights))

@@ -175,6 +175,16 @@ class AllReduceCluster(Replicated):
 def on_one_machine(placement):
     """The VariableSharing of a run on one machine placed by `placement` (devices.Placement):
     Replicated when it has an all-reduce spec, else OneDevice."""
-    if placement.variable_update == rules.REPLICATED:
-        return Replicated(placement.tower_devices, placement.all_reduce)
-    return OneDevice(placement.tower_devices, placement.variable_device)
+    replicated = placement.variable_update == rules.REPLICATED
+    return for_devices(placement.tower_devices, placement.all_reduce if replicated else None,
+                       placement.variable_device)
+
+
+def for_devices(tower_devices, all_reduce=None, variable_device=HOST_DEVICE):
+    """The VariableSharing of towers on `tower_devices`: replicated with `all_reduce` (an
+    all_reduce.AllReduceSpec; across workers when its num_workers > 1), else every variable on
+    `variable_device`."""
+    if all_reduce is None:
+        return OneDevice(tower_devices, variable_device)
+    kind = AllReduceCluster if all_reduce.num_workers > 1 else Replicated
+    return kind(tower_devices, all_reduce)

@@ -85,7 +85,7 @@ def split_batch(tensors, num_towers):
     return [tuple(part[index] for part in parts) for index in range(num_towers)]
 
 
-def build_towers(model_fn, tower_inputs, devices, tower_scope=None):
+def build_towers(model_fn, tower_inputs, devices, tower_scope):
     """Builds one tower per device; variables are created by tower 0 and shared.
 
     Args:
@@ -94,8 +94,7 @@ def build_towers(model_fn, tower_inputs, devices, tower_scope=None):
       tower_inputs: list of input tuples, one per tower.
       devices: list of device names, one per tower.
       tower_scope: callable(tower index, device) -> (device placement, variable-scope custom
-        getter or None): where a tower's ops and variables go (sharing.VariableSharing's);
-        None: every variable on the host.
+        getter or None): where a tower's ops and variables go (sharing.VariableSharing's).
 
     Returns:
       A list of `Tower`.
@@ -104,7 +103,7 @@ def build_towers(model_fn, tower_inputs, devices, tower_scope=None):
         raise ValueError(f"{len(tower_inputs)} tower inputs for {len(devices)} devices")
     towers = []
     for index, (inputs, device) in enumerate(zip(tower_inputs, devices)):
-        placed, getter = (tower_scope or _variables_on_host)(index, device)
+        placed, getter = tower_scope(index, device)
         with tf1.device(placed), \
                 tf.name_scope(f"tower_{index}") as name_scope, \
                 tf1.variable_scope(tf1.get_variable_scope(), reuse=index > 0,
@@ -116,11 +115,6 @@ def build_towers(model_fn, tower_inputs, devices, tower_scope=None):
             raise ValueError("model_fn returned no loss terms")
         towers.append(Tower(index, device, name_scope, dict(outputs.loss_terms), outputs))
     return towers
-
-
-def _variables_on_host(tower_index, device):
-    del tower_index
-    return variables_on(HOST_DEVICE, device), None
 
 
 def regularization_loss(variable_device=HOST_DEVICE, terms=None):

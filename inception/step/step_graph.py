@@ -196,10 +196,10 @@ class _SharedParts:
         """Where the variables' own copy lives, and the step's shared arithmetic runs."""
         return self.sharing.variable_device
 
-    @property
-    def histograms(self):
-        """Whether the summaries show every gradient's and variable's histogram."""
-        return self.options.histograms
+    def summary_values(self):
+        """What the step's summaries show of these parts (summaries.StepValues)."""
+        return summaries.StepValues(self.towers, self.regularization, self.bn_decay,
+                                    self.loss_scale, self.input_batch, self.options.histograms)
 
     @property
     def rate_fed(self):
@@ -254,7 +254,7 @@ def _build_stage(stage, index, shared):
                                     shared.input_batch, shared.sharing.updates_statistics,
                                     update_op),
                                 name="train_op")
-        summary_op = summaries.step_summaries(shared, summaries.StageValues(
+        summary_op = summaries.step_summaries(shared.summary_values(), summaries.StageValues(
             index, stage.loss_terms, tower_totals, mean_loss, learning_rate,
             gradients.grads_and_vars, clipped_count))
     return StageOps(stage=stage, train_op=train_op, update_op=update_op,

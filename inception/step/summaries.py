@@ -53,12 +53,23 @@ class StageValues:
     clipped_updates: tf.Tensor = None
 
 
+@dataclasses.dataclass(frozen=True)
+class StepValues:
+    """What every stage's step shows: the towers, the regularization loss, the batch-norm
+    decay, the loss scale (loss_scaling.LossScale or None), the input batch
+    (pipeline.InputBatch) and whether to write every gradient's and variable's histogram."""
+    towers: list
+    regularization: tf.Tensor
+    bn_decay: tf.Tensor
+    loss_scale: object
+    input_batch: object
+    histograms: bool
+
+
 def step_summaries(step, stage):
     """TensorBoard summaries of one step of a stage, merged into one op (run only when due).
 
-    step: what every stage's step shares (step_graph's parts: its towers, regularization,
-    batch-norm decay, loss scale (loss_scaling.LossScale or None), input batch and whether to
-    write histograms of every gradient and variable); stage: its StageValues.
+    step: StepValues, what every stage's step shares; stage: its StageValues.
     """
     towers, input_batch = step.towers, step.input_batch
     with tf.device(SUMMARY_DEVICE), tf.name_scope("summaries"):

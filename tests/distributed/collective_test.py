@@ -53,12 +53,7 @@ TOLERANCE = 2e-6
 LOST_WORKER_BOUND_SECS = 30
 SEEDED = ("--seed=1", "--deterministic")  # runs that repeat themselves bit for bit
 LEAN_SEEDED = SEEDED + local_cluster.NO_VALIDATION
-DATA_DIR = None
-
-
-def setUpModule():
-    global DATA_DIR  # pylint: disable=global-statement
-    DATA_DIR = testing_utils.tiny_demo_data(train=24, validation=10)
+DATA = testing_utils.DemoData(train=24, validation=10)
 
 
 def worker_input(worker, num_workers):
@@ -328,7 +323,7 @@ class CollectiveLoopTest(unittest.TestCase):
 
 def collective_cluster(train_dir, max_steps, extra_flags=(), num_towers=2):
     """Two workers of `num_towers` towers and no parameter server on 127.0.0.1."""
-    return local_cluster.LocalCluster(DATA_DIR, train_dir, max_steps, num_ps=0,
+    return local_cluster.LocalCluster(DATA.path, train_dir, max_steps, num_ps=0,
                                       extra_flags=extra_flags, num_towers=num_towers)
 
 

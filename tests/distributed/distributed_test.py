@@ -34,19 +34,14 @@ tf1 = tf.compat.v1
 # its probes' time); the other tasks' calls to it then fail at once.
 LOST_WORKER_BOUND_SECS = 45
 SEEDED = ("--seed=1", "--deterministic")  # runs that repeat themselves bit for bit
-DATA_DIR = None
-
-
-def setUpModule():
-    global DATA_DIR  # pylint: disable=global-statement
-    DATA_DIR = testing_utils.tiny_demo_data(train=24, validation=10)
+DATA = testing_utils.DemoData(train=24, validation=10)
 
 
 # pylint: disable-next=invalid-name
 def LocalCluster(train_dir, max_steps, extra_flags=(), num_towers=2):
     """The cluster of these tests: one parameter server and two workers of `num_towers`
     towers."""
-    return local_cluster.LocalCluster(DATA_DIR, train_dir, max_steps, num_ps=1,
+    return local_cluster.LocalCluster(DATA.path, train_dir, max_steps, num_ps=1,
                                       extra_flags=extra_flags, num_towers=num_towers)
 
 
@@ -162,7 +157,7 @@ class ClusterPlanTest(unittest.TestCase):
 
     def test_multi_stage_plans_are_refused(self):
         options = settings_lib.train_settings(
-            train_dir=testing_utils.temp_dir("cluster_plan"), data_dir=DATA_DIR,
+            train_dir=testing_utils.temp_dir("cluster_plan"), data_dir=DATA.path,
             dataset="demo", eval_every_n_steps=0,
             plan=plans.parse_stages("head:1:InceptionV3/Logits;all"),
             cluster=self.settings())

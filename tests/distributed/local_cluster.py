@@ -25,7 +25,7 @@ STEP_TIMEOUT_SECS = 60
 RUN_TIMEOUT_SECS = 480
 # What every task exits with when a task was preempted or lost (the flag's default).
 RESTART_EXIT_CODE = cluster_lib.DEFAULT_RESTART_EXIT_CODE
-TINY = ("--dataset=demo", "--image_size=107", "--depth_multiplier=0.1", "--batch_size=4",
+TINY = ("--dataset=demo", *testing_utils.tiny_flags(aux_head=True), "--batch_size=4",
         "--log_every_n_steps=1", "--save_summaries_steps=1", "--save_checkpoint_steps=100")
 # For runs that do not test validation: the demo's default validates every 350 steps and at
 # the end, and the chief builds its evaluation graph (another Inception) before its first step.

@@ -26,7 +26,7 @@ def built_and_run(**augmentation):
     settings = settings_lib.train_settings(
         train_dir=testing_utils.temp_dir("graph_builder"),
         data_dir=testing_utils.tiny_demo_data(train=16, validation=4), dataset="demo",
-        image_size=107, depth_multiplier=0.1, batch_size=4, num_towers=TOWERS,
+        **testing_utils.tiny_model(aux_head=True), batch_size=4, num_towers=TOWERS,
         accumulate_steps=MICRO_BATCHES, seed=3, eval_every_n_steps=0, **augmentation)
     run = resolution.resolve_run(settings.validate(), log=lambda line: None)
     with tf.Graph().as_default() as graph:

@@ -23,18 +23,13 @@ from inception.run.directory import RunDirectory
 from inception.run.directory import SETTINGS_FILE
 from tests import testing_utils
 
-TINY = dict(image_size=107, depth_multiplier=0.1, batch_size=4, num_towers=2,
+TINY = dict(**testing_utils.tiny_model(aux_head=True), batch_size=4, num_towers=2,
             log_every_n_steps=1, save_summaries_steps=1, save_checkpoint_steps=100)
-DATA_DIR = None
-
-
-def setUpModule():
-    global DATA_DIR  # pylint: disable=global-statement
-    DATA_DIR = testing_utils.tiny_demo_data(train=24, validation=10)
+DATA = testing_utils.DemoData(train=24, validation=10)
 
 
 def tiny_options(train_dir, **overrides):
-    values = dict(TINY, train_dir=train_dir, data_dir=DATA_DIR,
+    values = dict(TINY, train_dir=train_dir, data_dir=DATA.path,
                   dataset="demo", eval_every_n_steps=0, max_steps=3)
     values.update(overrides)
     return settings_lib.train_settings(**values)
@@ -68,7 +63,7 @@ class ShortRunTest(unittest.TestCase):
 
         with open(os.path.join(train_dir, SETTINGS_FILE), encoding="utf-8") as handle:
             stored = json.load(handle)
-        self.assertEqual(stored, {"dataset": "demo", "data_dir": DATA_DIR, "image_size": 107,
+        self.assertEqual(stored, {"dataset": "demo", "data_dir": DATA.path, "image_size": 107,
                                   "depth_multiplier": 0.1, "num_classes": 6,
                                   "update": {"replicas": 1, "towers": 2, "batch_size": 4,
                                              "accumulate_steps": 1}})
@@ -179,8 +174,8 @@ class BadInputTest(unittest.TestCase):
             self.assertEqual(f.read(), before)
         # Data with other labels is named in labels, not logits, with what to do instead.
         relabelled = testing_utils.temp_dir("relabelled")
-        for name in os.listdir(DATA_DIR):
-            shutil.copy(os.path.join(DATA_DIR, name), relabelled)
+        for name in os.listdir(DATA.path):
+            shutil.copy(os.path.join(DATA.path, name), relabelled)
         with open(os.path.join(relabelled, "labels.txt"), "a", encoding="utf-8") as handle:
             handle.write("hexagon\n")
         with self.assertRaisesRegex(checkpoint_io.CheckpointError,
@@ -219,7 +214,7 @@ class CommandLineTest(unittest.TestCase):
     def test_strict_input_stops_with_one_line_naming_the_file(self):
         result = self.run_train(f"--train_dir={testing_utils.temp_dir('strict')}",
                                 f"--data_dir={shards_with_a_damaged_record()}", "--strict_input",
-                                "--image_size=75", "--depth_multiplier=0.1", "--batch_size=2",
+                                *testing_utils.tiny_flags(), "--batch_size=2",
                                 "--max_steps=20")
         self.assert_one_line_error(result, r'damaged or non-JPEG image "broken.jpg" in the input')
         self.assertEqual(result.returncode, 1)
@@ -227,7 +222,7 @@ class CommandLineTest(unittest.TestCase):
     def test_batch_not_divisible(self):
         train_dir = testing_utils.temp_dir("cli_bad")
         self.assert_one_line_error(
-            self.run_train(f"--train_dir={train_dir}", f"--data_dir={DATA_DIR}",
+            self.run_train(f"--train_dir={train_dir}", f"--data_dir={DATA.path}",
                            "--batch_size=7", "--num_gpus=2"), "multiple of 2")
         self.assertEqual(os.listdir(train_dir), [])
 

@@ -14,9 +14,10 @@ from inception.config import recipe
 from inception.config import settings as settings_lib
 from inception.model import network
 from inception.model.slim_compat import tf_slim as slim
+from tests import testing_utils
 
 tf1 = tf.compat.v1
-SETTINGS = settings_lib.ModelSettings(num_classes=5, image_size=75, depth_multiplier=0.1,
+SETTINGS = settings_lib.ModelSettings(num_classes=5, **testing_utils.tiny_model(),
                                       dataset="demo")
 
 

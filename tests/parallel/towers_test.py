@@ -146,7 +146,8 @@ class TowerStructureTest(unittest.TestCase):
         images, labels = testing_utils.random_batch(BATCH)
         with tf.Graph().as_default():
             inputs = towers.split_batch((tf.constant(images), tf.constant(labels)), 2)
-            tower_list = towers.build_towers(model_fn, inputs, ["/cpu:0", "/cpu:1"])
+            tower_list = towers.build_towers(model_fn, inputs, ["/cpu:0", "/cpu:1"],
+                                             testing_utils.on_host(["/cpu:0", "/cpu:1"]))
             updates = towers.batch_norm_updates(tower_list)
             all_updates = tf1.get_collection(tf1.GraphKeys.UPDATE_OPS)
             self.assertEqual(len(updates), 2)  # moving mean and moving variance
@@ -166,8 +167,9 @@ def tiny_inception_regularization(num_towers, compute_dtype):
         labels = tf.zeros([2 * num_towers], tf.int32)
         model_fn = network.make_model_fn(testing_utils.TINY_INCEPTION, 0.99,
                                          network.TowerOptions(compute_dtype=compute_dtype))
-        towers.build_towers(model_fn, towers.split_batch((images, labels), num_towers),
-                            [f"/cpu:{index}" for index in range(num_towers)])
+        devices = [f"/cpu:{index}" for index in range(num_towers)]
+        towers.build_towers(model_fn, towers.split_batch((images, labels), num_towers), devices,
+                            testing_utils.on_host(devices))
         regularization = towers.regularization_loss()
         with tf1.Session(config=testing_utils.cpu_session_config(num_towers)) as session:
             session.run(tf1.global_variables_initializer())

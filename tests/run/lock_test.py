@@ -59,7 +59,7 @@ class RunLockTest(unittest.TestCase):
         train_dir = testing_utils.temp_dir("lock_train")
         data_dir = testing_utils.tiny_demo_data(train=16, validation=4)
         common = [sys.executable, "-m", "inception.train", f"--train_dir={train_dir}",
-                  f"--data_dir={data_dir}", "--image_size=75", "--depth_multiplier=0.1",
+                  f"--data_dir={data_dir}", *testing_utils.tiny_flags(),
                   "--batch_size=2", "--num_gpus=1", "--log_every_n_steps=1"]
         first = subprocess.Popen(common + ["--max_steps=100000", "--save_checkpoint_steps=0"],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -12,7 +12,7 @@ from inception.serving import saved_model
 from tests import testing_utils
 from tests import tiny_eval
 
-SIZE = 75
+SIZE = testing_utils.SMALL_IMAGE
 STEPS = 30  # enough for logits of a sane size: an int8 model of a 3-step one is noise
 MODEL_FORMATS = ("tflite", "tflite_int8", "onnx")
 # Runs a module as its binary runs (argv: the module, then its arguments), with
@@ -32,7 +32,7 @@ def trained_export(name, validation_images):
     train_dir = testing_utils.temp_dir(f"{name}_train")
     launch.train(settings_lib.train_settings(
         train_dir=train_dir, data_dir=data_dir, dataset="demo", eval_every_n_steps=0,
-        max_steps=STEPS, image_size=SIZE, depth_multiplier=0.1, batch_size=4, num_towers=1,
+        max_steps=STEPS, **testing_utils.tiny_model(), batch_size=4, num_towers=1,
         seed=1),
         log=lambda line: None)
     export_dir = os.path.join(testing_utils.temp_dir(f"{name}_export"), "models")

@@ -84,7 +84,7 @@ class TrainedRun:
         launch.train(settings_lib.train_settings(
             train_dir=self.train_dir, data_dir=self.data_dir, dataset="demo",
             eval_every_n_steps=0, max_steps=3,
-            image_size=75, depth_multiplier=0.1, batch_size=4, num_towers=1,
+            **testing_utils.tiny_model(), batch_size=4, num_towers=1,
             save_checkpoint_steps=1), log=lambda line: None)
         self.export_dir = os.path.join(testing_utils.temp_dir("export"), "models")
         self.version_dir = export(self.train_dir, self.export_dir)

@@ -27,7 +27,8 @@ def scaled_gradients(loss_scale):
         tf1.set_random_seed(0)
         inputs = towers.split_batch((tf.constant(images), tf.constant(labels)), 2)
         tower_list = towers.build_towers(testing_utils.small_conv_model_fn(), inputs,
-                                         ["/cpu:0", "/cpu:1"])
+                                         ["/cpu:0", "/cpu:1"],
+                                         testing_utils.on_host(["/cpu:0", "/cpu:1"]))
         scale = None if loss_scale is None else tf.constant(loss_scale)
         gradients = gradients_lib.build_gradients(tower_list, tf1.trainable_variables(),
                                            towers.regularization_loss(), loss_scale=scale)

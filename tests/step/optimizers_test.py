@@ -61,8 +61,9 @@ def stage_gradients(num_towers, stage, images, labels):
     """{variable name: averaged gradient} of `stage` with `num_towers` towers."""
     with tf.Graph().as_default():
         inputs = towers.split_batch((tf.constant(images), tf.constant(labels)), num_towers)
-        tower_list = towers.build_towers(gan_model_fn, inputs,
-                                         [f"/cpu:{i}" for i in range(num_towers)])
+        devices = [f"/cpu:{i}" for i in range(num_towers)]
+        tower_list = towers.build_towers(gan_model_fn, inputs, devices,
+                                         testing_utils.on_host(devices))
         var_list = optimizers.select_variables(stage, tf1.trainable_variables())
         gradients = gradients_lib.build_gradients(tower_list, var_list, towers.regularization_loss(),
                                            stage.loss_terms)

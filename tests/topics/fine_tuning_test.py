@@ -19,18 +19,13 @@ from tests import testing_utils
 
 tf1 = tf.compat.v1
 HEAD_SCOPES = ("InceptionV3/Logits", "InceptionV3/AuxLogits")
-DATA_DIR = None
-
-
-def setUpModule():
-    global DATA_DIR  # pylint: disable=global-statement
-    DATA_DIR = testing_utils.tiny_demo_data(train=16, validation=4)
+DATA = testing_utils.DemoData(train=16, validation=4)
 
 
 def options(train_dir, **overrides):
-    values = dict(train_dir=train_dir, data_dir=DATA_DIR, dataset="demo", eval_every_n_steps=0,
+    values = dict(train_dir=train_dir, data_dir=DATA.path, dataset="demo", eval_every_n_steps=0,
                   max_steps=2,
-                  image_size=107, depth_multiplier=0.1, batch_size=4, num_towers=2,
+                  **testing_utils.tiny_model(aux_head=True), batch_size=4, num_towers=2,
                   save_summaries_steps=0)
     values.update(overrides)
     return settings_lib.train_settings(**values)

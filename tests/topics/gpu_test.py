@@ -201,7 +201,7 @@ class TrainingOnASplitGpuTest(unittest.TestCase):
         result = launch.train(settings_lib.train_settings(
             train_dir=testing_utils.temp_dir(precision), data_dir=self.data_dir, dataset="demo",
             eval_every_n_steps=0,
-            max_steps=3, image_size=107, depth_multiplier=0.1, batch_size=8, num_towers=2,
+            max_steps=3, **testing_utils.tiny_model(aux_head=True), batch_size=8, num_towers=2,
             virtual_gpu_memory_mb=0 if ON_CPU else VIRTUAL_GPU_MB, precision=precision,
             log_every_n_steps=1), log=lines.append)
         self.assertEqual(result.step, 3)

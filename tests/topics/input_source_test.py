@@ -16,14 +16,9 @@ from inception.driver import launch
 from inception.inputs import service
 from tests import testing_utils
 
-TINY = dict(image_size=75, depth_multiplier=0.1, batch_size=4, num_towers=2, seed=3,
+TINY = dict(**testing_utils.tiny_model(), batch_size=4, num_towers=2, seed=3,
             log_every_n_steps=1, save_checkpoint_steps=2, dataset="demo")
-DATA_DIR = None
-
-
-def setUpModule():
-    global DATA_DIR  # pylint: disable=global-statement
-    DATA_DIR = testing_utils.tiny_demo_data(train=24, validation=8)
+DATA = testing_utils.DemoData(train=24, validation=8)
 
 
 def train(name, log=None, train_dir=None, **overrides):
@@ -35,7 +30,7 @@ def train(name, log=None, train_dir=None, **overrides):
         lines.append(line)
         if log:
             log(line)
-    values = dict(TINY, train_dir=train_dir, data_dir=DATA_DIR, max_steps=4)
+    values = dict(TINY, train_dir=train_dir, data_dir=DATA.path, max_steps=4)
     values.update(overrides)
     return launch.train(settings_lib.train_settings(**values), log=logged), lines, train_dir
 

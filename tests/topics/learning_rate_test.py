@@ -132,7 +132,7 @@ class DivergenceTest(unittest.TestCase):
 
     def options(self, **overrides):
         values = dict(train_dir=testing_utils.temp_dir("diverge"), data_dir=self.data_dir,
-                      dataset="demo", eval_every_n_steps=0, image_size=75, depth_multiplier=0.1,
+                      dataset="demo", eval_every_n_steps=0, **testing_utils.tiny_model(),
                       batch_size=4,
                       num_towers=2, max_steps=30, initial_learning_rate=1.0, warmup_steps=0,
                       learning_rate_scaling="none",

@@ -27,7 +27,7 @@ class Bf16RewriteTest(unittest.TestCase):
             return launch.train(settings_lib.train_settings(
                 train_dir=testing_utils.temp_dir(precision), data_dir=data_dir, dataset="demo",
                 eval_every_n_steps=0,
-                max_steps=1, image_size=107, depth_multiplier=0.1, batch_size=4, num_towers=2,
+                max_steps=1, **testing_utils.tiny_model(aux_head=True), batch_size=4, num_towers=2,
                 seed=5, precision=precision), log=lambda line: None).last_mean_loss
 
         if not hardware.cpu_supports_bf16():

@@ -30,7 +30,7 @@ class RamFileSystemTest(unittest.TestCase):
             return launch.train(settings_lib.train_settings(
                 train_dir=train_dir, data_dir=data_dir, dataset="demo", eval_every_n_steps=0,
                 max_steps=max_steps,
-                image_size=75, depth_multiplier=0.1, batch_size=2, num_towers=1),
+                **testing_utils.tiny_model(), batch_size=2, num_towers=1),
                 log=lines.append)
 
         lines = []

@@ -22,23 +22,18 @@ from tests import testing_utils
 
 # 24 training images at a global batch of 4: an epoch is 6 steps, so the run stopped after step
 # 10 resumes inside the second epoch, and both end at step 30, inside the fifth.
-TINY = dict(image_size=107, depth_multiplier=0.1, batch_size=4, num_towers=2, seed=7,
+TINY = dict(**testing_utils.tiny_model(aux_head=True), batch_size=4, num_towers=2, seed=7,
             log_every_n_steps=1, eval_every_n_steps=0, save_checkpoint_steps=100)
 STOP_AFTER, END = 10, 30
 # The variants stop after update 5 and end at update 8, at a quarter of the updates: an epoch is
 # 3 updates of 2 x 4 examples with accumulation, and 2 steps on the folder (8 of its 12 images
 # train), so both stop inside an epoch and cross an epoch's end after the resume.
 SHORT = dict(stop_after=5, end=8)
-DATA_DIR = None
-
-
-def setUpModule():
-    global DATA_DIR  # pylint: disable=global-statement
-    DATA_DIR = testing_utils.tiny_demo_data(train=24, validation=10)
+DATA = testing_utils.DemoData(train=24, validation=10)
 
 
 def settings(train_dir, **overrides):
-    values = dict(TINY, train_dir=train_dir, data_dir=DATA_DIR, max_steps=END)
+    values = dict(TINY, train_dir=train_dir, data_dir=DATA.path, max_steps=END)
     values.update(overrides)
     return settings_lib.train_settings(**values)
 

@@ -66,7 +66,7 @@ hooks_lib.WorkerHooks.run_step = long_step
 runpy.run_module("inception.train", run_name="__main__")
 """
 
-DATA_DIR = None
+DATA = testing_utils.DemoData(train=16, validation=4)
 
 
 def status_of(signum, module):
@@ -77,14 +77,9 @@ def status_of(signum, module):
     return 128 + signum
 
 
-def setUpModule():
-    global DATA_DIR  # pylint: disable=global-statement
-    DATA_DIR = testing_utils.tiny_demo_data(train=16, validation=4)
-
-
 def train_argv(train_dir, **extra):
     """Flags of a tiny, quick training run on the test data."""
-    flags = dict(train_dir=train_dir, data_dir=DATA_DIR, dataset="demo", eval_every_n_steps=0,
+    flags = dict(train_dir=train_dir, data_dir=DATA.path, dataset="demo", eval_every_n_steps=0,
                  image_size=75,
                  depth_multiplier=0.1, batch_size=2, num_gpus=1, max_steps=4,
                  save_checkpoint_steps=0, save_interval_secs=0, log_every_n_steps=1)

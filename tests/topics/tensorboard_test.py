@@ -70,7 +70,7 @@ class TensorBoardTest(unittest.TestCase):
         lines = []
         launch.train(settings_lib.train_settings(
             train_dir=train_dir, data_dir=data_dir, dataset="demo", max_steps=3,
-            image_size=107, depth_multiplier=0.1, batch_size=4, num_towers=2,
+            **testing_utils.tiny_model(aux_head=True), batch_size=4, num_towers=2,
             save_summaries_steps=1, log_every_n_steps=1, seed=1, deterministic=True,
             **options), log=lines.append)
         return lines

@@ -32,21 +32,16 @@ from tests import testing_utils
 
 tf1 = tf.compat.v1
 TRAIN_EXAMPLES = 24
-TINY = dict(image_size=75, depth_multiplier=0.1, batch_size=4, num_towers=2,
+TINY = dict(**testing_utils.tiny_model(), batch_size=4, num_towers=2,
             log_every_n_steps=1, save_summaries_steps=1, save_checkpoint_steps=100,
             dataset="demo", eval_every_n_steps=0)
-DATA_DIR = None
+DATA = testing_utils.DemoData(train=TRAIN_EXAMPLES, validation=4)
 BASE_RATE = 0.004
-
-
-def setUpModule():
-    global DATA_DIR  # pylint: disable=global-statement
-    DATA_DIR = testing_utils.tiny_demo_data(train=TRAIN_EXAMPLES, validation=4)
 
 
 def tiny_run(train_dir, **overrides):
     """launch.train on the tiny demo shards; (TrainResult, log lines)."""
-    values = dict(TINY, train_dir=train_dir, data_dir=DATA_DIR)
+    values = dict(TINY, train_dir=train_dir, data_dir=DATA.path)
     values.update(overrides)
     lines = []
     result = launch.train(settings_lib.train_settings(**values), log=lines.append)
@@ -71,7 +66,7 @@ def first_step(scaling, weighted):
     weights before its update, so the rate cannot move it)."""
     class_weight = ""
     if weighted:
-        with open(os.path.join(DATA_DIR, "labels.txt"), encoding="utf-8") as handle:
+        with open(os.path.join(DATA.path, "labels.txt"), encoding="utf-8") as handle:
             names = [line.strip() for line in handle if line.strip()]
         class_weight = os.path.join(testing_utils.temp_dir("weights"), "weights.txt")
         with open(class_weight, "w", encoding="utf-8") as handle:
@@ -98,7 +93,7 @@ class EpochsTest(unittest.TestCase):
     def test_own_data_without_a_length_takes_the_default_epochs(self):
         def resolved_steps(**length):
             settings = settings_lib.train_settings(**dict(
-                TINY, train_dir=testing_utils.temp_dir("own_data_length"), data_dir=DATA_DIR,
+                TINY, train_dir=testing_utils.temp_dir("own_data_length"), data_dir=DATA.path,
                 dataset="", **length))
             return resolution.resolve_run(settings, log=lambda line: None).settings.loop.max_steps
         epochs = recipe.OWN_DATA_DEFAULTS.num_epochs
@@ -195,13 +190,13 @@ class ClassWeightTest(unittest.TestCase):
                                             "split: each record drawn") for line in lines),
                         lines)
         # The training input reads by the formula's draws (label_weights_test: how it draws).
-        shards = sorted(tf.io.gfile.glob(os.path.join(DATA_DIR, "train-*")))
+        shards = sorted(tf.io.gfile.glob(os.path.join(DATA.path, "train-*")))
         counts = label_weights.label_counts(shards, 6)  # 5 labels from 1, 0 the background
         self.assertEqual(built, [label_weights.balanced_weights(counts)])
 
     def test_the_label_count_also_gives_the_epochs_length_in_one_pass(self):
         settings = settings_lib.train_settings(**dict(
-            TINY, train_dir=testing_utils.temp_dir("one_pass"), data_dir=DATA_DIR,
+            TINY, train_dir=testing_utils.temp_dir("one_pass"), data_dir=DATA.path,
             num_epochs=1.0, balanced_sampling=True))
         with mock.patch.object(datasets, "count_records",
                                side_effect=AssertionError("the shards were read twice")):
@@ -298,7 +293,7 @@ class ProfileStepsTest(unittest.TestCase):
 
     def resolve(self, train_dir, **overrides):
         settings = settings_lib.train_settings(**dict(TINY, train_dir=train_dir,
-                                                      data_dir=DATA_DIR, **overrides))
+                                                      data_dir=DATA.path, **overrides))
         return resolution.resolve_run(settings, log=lambda line: None)
 
     def test_past_the_end_that_epochs_give(self):

@@ -74,7 +74,7 @@ class XlaTest(unittest.TestCase):
         completed = subprocess.run(
             [sys.executable, "-m", "inception.train", "--xla", f"--train_dir={train_dir}",
              f"--data_dir={testing_utils.tiny_demo_data(train=16, validation=4)}",
-             "--dataset=demo", "--image_size=75", "--depth_multiplier=0.1", "--batch_size=2",
+             "--dataset=demo", *testing_utils.tiny_flags(), "--batch_size=2",
              "--num_gpus=1", "--max_steps=1", "--eval_every_n_steps=0"],
             capture_output=True, text=True, timeout=900, check=False,
             env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), TF_CPP_MIN_LOG_LEVEL="0"))

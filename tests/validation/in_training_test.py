@@ -25,15 +25,10 @@ from inception.validation import scoring
 from tests import testing_utils
 from tests import tiny_eval
 
-TINY = dict(image_size=107, depth_multiplier=0.1, batch_size=4, num_towers=2, seed=3,
+TINY = dict(**testing_utils.tiny_model(aux_head=True), batch_size=4, num_towers=2, seed=3,
             log_every_n_steps=1, save_summaries_steps=1, save_checkpoint_steps=100,
             dataset="demo", eval_batch_size=4)
-DATA_DIR = None
-
-
-def setUpModule():
-    global DATA_DIR  # pylint: disable=global-statement
-    DATA_DIR = testing_utils.tiny_demo_data(train=24, validation=10)
+DATA = testing_utils.DemoData(train=24, validation=10)
 
 
 def weights(train_dir):
@@ -46,7 +41,7 @@ def weights(train_dir):
 def train(name, **overrides):
     """A tiny demo run in a new directory; returns (TrainResult, log lines, train_dir)."""
     train_dir = testing_utils.temp_dir(name)
-    values = dict(TINY, train_dir=train_dir, data_dir=DATA_DIR, max_steps=4)
+    values = dict(TINY, train_dir=train_dir, data_dir=DATA.path, max_steps=4)
     values.update(overrides)
     lines = []
     result = launch.train(settings_lib.train_settings(**values), log=lines.append)
@@ -135,7 +130,7 @@ class ValidationInTrainingTest(unittest.TestCase):
         self.assertEqual(first.step, 2)
         lines = []
         launch.train(settings_lib.train_settings(
-            **dict(TINY, train_dir=train_dir, data_dir=DATA_DIR, max_steps=4,
+            **dict(TINY, train_dir=train_dir, data_dir=DATA.path, max_steps=4,
                    eval_every_n_steps=2)), log=lines.append)
         record = best_lib.BestCheckpoint(train_dir).read()
         if record.step == 2:  # step 4 was no better: counted against the old record
@@ -147,9 +142,9 @@ class ValidationInTrainingTest(unittest.TestCase):
 
     def test_without_validation_shards_it_stops_before_training_saying_what_to_do(self):
         data_dir = testing_utils.temp_dir("train_shards_only")
-        for name in os.listdir(DATA_DIR):
+        for name in os.listdir(DATA.path):
             if not name.startswith("validation-"):
-                shutil.copy(os.path.join(DATA_DIR, name), data_dir)
+                shutil.copy(os.path.join(DATA.path, name), data_dir)
         train_dir = testing_utils.temp_dir("no_validation")
         with self.assertRaisesRegex(datasets.DataError, r"--eval_every_n_steps=2\): no "
                                     r"'validation-\*-of-\*' shards .* Or pass "

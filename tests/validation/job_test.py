@@ -23,12 +23,7 @@ from tests import testing_utils
 from tests import tiny_eval
 
 tf1 = tf.compat.v1
-DATA_DIR = None
-
-
-def setUpModule():
-    global DATA_DIR  # pylint: disable=global-statement
-    DATA_DIR = testing_utils.tiny_demo_data(train=10, validation=7)
+DATA = testing_utils.DemoData(train=10, validation=7)
 
 
 def stored_settings(data_dir):
@@ -120,7 +115,7 @@ class WatchTest(unittest.TestCase):
 
         def training_starts(seconds):
             time.sleep(seconds)
-            RunDirectory(directory).write_settings(stored_settings(DATA_DIR))
+            RunDirectory(directory).write_settings(stored_settings(DATA.path))
 
         self.assertTrue(job.wait_for_settings(watching, Stop(), lines.append,
                                               sleep=training_starts))
@@ -133,7 +128,7 @@ class WatchTest(unittest.TestCase):
                 timeout_secs=0.05), Stop(), lambda line: None)
 
     def test_a_checkpoint_deleted_while_it_is_read_is_named_so(self):
-        path, graph = tiny_eval.uniform_checkpoint_and_graph(DATA_DIR,
+        path, graph = tiny_eval.uniform_checkpoint_and_graph(DATA.path,
                                                                  "deleted_while_read", step=5)
         directory = os.path.dirname(path)
         for name in os.listdir(directory):  # training's --keep_checkpoints deleted it
@@ -148,7 +143,7 @@ class WatchSignalTest(unittest.TestCase):
 
     def test_sigterm_stops_the_watch_promptly_and_cleanly(self):
         directory = testing_utils.temp_dir("watch_signal")
-        RunDirectory(directory).write_settings(stored_settings(DATA_DIR))
+        RunDirectory(directory).write_settings(stored_settings(DATA.path))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
         process = subprocess.Popen(
             [sys.executable, "-m", "inception.eval", f"--checkpoint_dir={directory}",
@@ -180,9 +175,9 @@ class EvaluationJobTest(unittest.TestCase):
     def setUpClass(cls):
         cls.train_dir = testing_utils.temp_dir("eval_job")
         launch.train(settings_lib.train_settings(
-            train_dir=cls.train_dir, data_dir=DATA_DIR, dataset="demo", eval_every_n_steps=0,
+            train_dir=cls.train_dir, data_dir=DATA.path, dataset="demo", eval_every_n_steps=0,
             max_steps=2,
-            image_size=107, depth_multiplier=0.1, batch_size=4, num_towers=2),
+            **testing_utils.tiny_model(aux_head=True), batch_size=4, num_towers=2),
             log=lambda line: None)
 
     def test_run_once_uses_stored_settings_and_writes_summaries(self):
@@ -215,7 +210,7 @@ class EvaluationJobTest(unittest.TestCase):
 
     def test_no_checkpoint_yet_with_run_once(self):
         empty = testing_utils.temp_dir("no_ckpt")
-        RunDirectory(empty).write_settings(stored_settings(DATA_DIR))
+        RunDirectory(empty).write_settings(stored_settings(DATA.path))
         with self.assertRaisesRegex(checkpoint_io.CheckpointError, "no checkpoint in .* yet"):
             job.run_evaluation(settings_lib.EvalSettings(checkpoint_dir=empty, run_once=True),
                                log=lambda line: None)

@@ -18,12 +18,7 @@ from tests import tiny_eval
 
 tf1 = tf.compat.v1
 NUM_CLASSES = tiny_eval.TINY_EVAL.num_classes
-DATA_DIR = None
-
-
-def setUpModule():
-    global DATA_DIR  # pylint: disable=global-statement
-    DATA_DIR = testing_utils.tiny_demo_data(train=1, validation=7)
+DATA = testing_utils.DemoData(train=1, validation=7)
 
 
 def eval_features_and_labels(shards):
@@ -58,8 +53,8 @@ class MetricsTest(unittest.TestCase):
         averaged = {"w": rng.normal(scale=4.0, size=NUM_CLASSES).astype(np.float32),
                     "b": rng.normal(size=NUM_CLASSES).astype(np.float32)}
         path = tiny_eval.write_tiny_checkpoint(directory, raw, averaged, step=42)
-        shards = datasets.resolve_dataset("demo", DATA_DIR).shards("validation")
-        graph = tiny_eval.tiny_eval_graph(DATA_DIR, batch_size=3)
+        shards = datasets.resolve_dataset("demo", DATA.path).shards("validation")
+        graph = tiny_eval.tiny_eval_graph(DATA.path, batch_size=3)
         result = scoring.evaluate_checkpoint(graph, path, show_progress=False)
 
         features, labels = eval_features_and_labels(shards)
@@ -77,7 +72,7 @@ class MetricsTest(unittest.TestCase):
         self.assertNotAlmostEqual(hand_scores(raw_logits, labels)[2], result.loss, places=3)
 
     def test_num_examples_limits_the_count(self):
-        path, graph = tiny_eval.uniform_checkpoint_and_graph(DATA_DIR, "limit", step=1,
+        path, graph = tiny_eval.uniform_checkpoint_and_graph(DATA.path, "limit", step=1,
                                                                  max_examples=5)
         result = scoring.evaluate_checkpoint(graph, path, show_progress=False)
         self.assertEqual(result.num_examples, 5)

@@ -37,7 +37,10 @@ MAX_RANDAUGMENT_MAGNITUDE = 30  # RandAugment's scale: 10 is a full-strength op,
 # (Goyal et al. 2017), sqrt (Krizhevsky 2014; Hoffer et al. 2017), or none.
 LEARNING_RATE_SCALINGS = ("none", "linear", "sqrt")
 DEFAULT_LEARNING_RATE_SCALING = "sqrt"  # measured: docs/learning-rate.md
-FLAG_NAMES = {"num_towers": "num_gpus", "num_labels": "num_classes"}  # the original's names
+# The original's flag names, kept for its users; the settings say what they count: towers (one
+# per GPU, or virtual CPU devices) and labels (num_classes elsewhere counts the logits, with the
+# background class).
+FLAG_NAMES = {"num_towers": "num_gpus", "num_labels": "num_classes"}
 
 
 class SettingsError(cli.UserError):

@@ -248,7 +248,7 @@ class KeepingFailsTest(unittest.TestCase):
     def validation_over(self, train_dir, lines):
         """A TrainingValidation of `train_dir` with only what keeping a best uses."""
         validation = in_training.TrainingValidation.__new__(in_training.TrainingValidation)
-        validation.settings = settings_lib.ValidationSettings(eval_every_n_steps=2)
+        validation.validation = settings_lib.ValidationSettings(eval_every_n_steps=2)
         validation.best = best_lib.BestCheckpoint(train_dir)
         validation.record, validation.log = None, lines.append
         return validation

@@ -14,7 +14,6 @@ import tensorflow as tf
 
 from common import cli
 from inception.loop import built_run
-from inception.loop import dashboard
 from inception.loop import guards
 from inception.loop import log_notes
 from inception.loop import profiling
@@ -149,7 +148,7 @@ class _Loop:
         if self.worker.is_chief:
             self.writer = tf1.summary.FileWriter(
                 self.loop.train_dir, self.session.graph if checkpoint is None else None)
-            self.writer.add_summary(dashboard.layout_summary(), step)
+            self.writer.add_summary(tags.layout_summary(), step)
         else:
             self.loop = dataclasses.replace(
                 self.loop, save_summaries_steps=0, save_summaries_secs=0,

@@ -78,7 +78,7 @@ class TowerStatistics:
             and the parameters are float32, the output has the input's dtype.
           decay: float or scalar float32 tensor, of the moving statistics.
           updates_collections: where the moving statistics' update ops go (UPDATE_OPS: the
-            step runs tower 0's once its update is applied, after_update.py).
+            step runs tower 0's once its update is applied, averages.py).
           variables_collections: tf-slim's dict of extra collections per variable.
 
         Returns the normalized `inputs` (same shape and dtype).

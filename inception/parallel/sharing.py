@@ -43,7 +43,7 @@ class VariableSharing:
     the update applied there with its moving averages (through dynamic loss scaling when on)."""
     variable_update = None  # the --variable_update value this way implements
     # Whether this process updates the batch-norm moving statistics and the input position
-    # (after_update.py).
+    # (averages.py).
     updates_statistics = True
 
     def __init__(self, tower_devices, variable_device):

@@ -21,7 +21,7 @@ Training, evaluation, export and classify all read checkpoints through `RunDirec
 agree on the newest usable one. Every checkpoint is looked up inside the directory they were
 given, whatever path TensorFlow's `checkpoint` file holds: a directory gets copied, synced to a
 bucket and mounted elsewhere, and the absolute paths older runs wrote there may name another
-run's files, or nothing. What a user is told when a write here fails is run/write_errors.py's.
+run's files, or nothing. What a user is told when a write here fails is run/health.py's.
 """
 
 import dataclasses
@@ -37,9 +37,9 @@ from inception.run import checkpoint_io
 from inception.run import health
 from inception.run.checkpoint_io import CheckpointError
 from inception.run.checkpoint_io import step_or_none
-from inception.run.write_errors import remove_new_files
-from inception.run.write_errors import save_error
-from inception.run.write_errors import write_text_or_explain
+from inception.run.health import remove_new_files
+from inception.run.health import save_error
+from inception.run.health import write_text_or_explain
 
 CHECKPOINT_BASENAME = "model.ckpt"
 SETTINGS_FILE = "model_settings.json"
@@ -261,7 +261,7 @@ class RunDirectory:
 
         On a write failure (a full disk, a read-only directory) removes whatever this save
         wrote, so the `checkpoint` file still names the previous checkpoint, and raises
-        write_errors.CheckpointWriteError with the directory, the error and the space a
+        health.CheckpointWriteError with the directory, the error and the space a
         checkpoint needs.
         """
         before = set(tf.io.gfile.listdir(self.path))

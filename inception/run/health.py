@@ -11,11 +11,17 @@ file never stops a run (checkpoints without a record count as verified).
 The chief also records the step it last logged (`<train_dir>/progress.json`, record_progress),
 so that a run resumed after a crash says how many steps since its checkpoint it trains again,
 and the run's wall time so far (RunClock), which a resumed run goes on counting.
+
+A write into the run directory that fails (a full disk, a read-only directory) gets an error
+naming the file or checkpoint, the cause, the space a checkpoint needs and the space free, and
+the clean-up that leaves the directory as it was before the failed save (`save_error`,
+`remove_new_files`, `write_text_or_explain`). What is written where is run/directory.py's.
 """
 
 import dataclasses
 import json
 import os
+import shutil
 import time
 
 import tensorflow as tf
@@ -23,6 +29,7 @@ import tensorflow as tf
 from common import error_lines
 from common import files
 from inception.run.checkpoint_io import step_of
+from inception.run.checkpoint_io import CheckpointError
 
 HEALTH_FILE = "checkpoint_health.json"
 PROGRESS_FILE = "progress.json"
@@ -144,3 +151,63 @@ class HealthRecords:
             if not record.climbing and (record.verified or step_of(path) < first_bad_step):
                 return path
         return None
+
+
+class CheckpointWriteError(CheckpointError):
+    """A checkpoint could not be written (e.g. a full disk); nothing of it was left behind."""
+
+
+def write_text_or_explain(path, text):
+    """files.write_text_atomically(path, text), or CheckpointError naming `path`, the cause and
+    what to do (the old file stays)."""
+    try:
+        files.write_text_atomically(path, text)
+    except OSError as error:
+        raise CheckpointError(f"cannot write {path}: {error.strerror or error}; free some space "
+                              "or fix the directory, then rerun.") from None
+    except tf.errors.OpError as error:
+        raise CheckpointError(f"cannot write {path}: {error_lines.root_cause(error.message)}; fix "
+                              "the directory, then rerun.") from None
+
+
+def remove_new_files(directory, before):
+    """Removes every file and folder in `directory` whose name is not in `before` (its listing
+    before a save that failed halfway)."""
+    for name in set(tf.io.gfile.listdir(directory)) - before:
+        path = os.path.join(directory, name.rstrip("/"))
+        if tf.io.gfile.isdir(path):
+            tf.io.gfile.rmtree(path)
+        else:
+            tf.io.gfile.remove(path)
+
+
+def save_error(run_dir, step, error, needed_bytes):
+    """The CheckpointWriteError for `error`, which a save of `step` into `run_dir` (a
+    RunDirectory, already cleaned up) raised: the directory, the cause, the space a checkpoint
+    needs and is free, and the checkpoint still there."""
+    latest = run_dir.newest()
+    kept = f"the newest checkpoint is still {latest}" if latest else "no checkpoint was kept"
+    return CheckpointWriteError(
+        f"could not save checkpoint {run_dir.prefix(step)} in {run_dir.path}: "
+        f"{_reason(error)}; a checkpoint here needs about {_size(needed_bytes)}"
+        f"{_free_space(run_dir.path)}; {kept}. Free some space or fix the directory, then "
+        "rerun the same command to resume.")
+
+
+def _free_space(directory):
+    # Only a local directory can say how much space is free.
+    if files.is_url(directory):
+        return ""
+    return f" ({_size(shutil.disk_usage(directory).free)} free)"
+
+
+def _size(count):
+    for unit, scale in (("GB", 2 ** 30), ("MB", 2 ** 20)):
+        if count >= scale:
+            return f"{count / scale:,.1f} {unit}"
+    return f"{count / 1024:,.0f} KB"
+
+
+def _reason(error):
+    message = getattr(error, "message", None) or getattr(error, "strerror", None)
+    return error_lines.root_cause(message or str(error))

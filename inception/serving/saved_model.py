@@ -36,9 +36,8 @@ from inception.model import network
 from inception.run import checkpoint_io
 from inception.run.directory import RunDirectory
 from inception.run.directory import SETTINGS_FILE
-from inception.serving import lite
+from inception.serving import converted
 from inception.serving import model_files
-from inception.serving import onnx_format
 
 tf1 = tf.compat.v1
 
@@ -142,7 +141,7 @@ class VersionContents:
     more pixels (baked in); formats: config.commands.EXPORT_FORMATS to write into the version
     folder (the SavedModel always; a model one of them cannot hold is a
     model_files.ConversionError, nothing kept); calibration: float32 images for tflite_int8
-    (lite.calibration_images).
+    (converted.calibration_images).
     """
     top_k: int = commands.DEFAULT_TOP_K
     max_pixels: int = image_limits.MAX_IMAGE_PIXELS
@@ -235,7 +234,7 @@ def export_training_run(export, log=print):
     label_names = datasets.read_label_names(datasets.labels_dir(stored.data_dir), log)
     calibration = None
     if "tflite_int8" in formats:
-        calibration = lite.calibration_images(datasets.labels_dir(stored.data_dir),
+        calibration = converted.calibration_images(datasets.labels_dir(stored.data_dir),
                                               stored.model.image_size,
                                               stored.model.num_classes - 1,
                                               export.calibration_images)
@@ -258,11 +257,11 @@ def _write_saved_model(serving_graph, checkpoint_path, target_dir, formats, cali
         builder.save()
         logits = serving_graph.outputs_from_images["logits"]
         if "tflite" in formats:
-            lite.write_tflite(session, serving_graph.images, logits, target_dir)
+            converted.write_tflite(session, serving_graph.images, logits, target_dir)
         if "tflite_int8" in formats:
-            lite.write_tflite(session, serving_graph.images, logits, target_dir, calibration)
+            converted.write_tflite(session, serving_graph.images, logits, target_dir, calibration)
         if "onnx" in formats:
-            onnx_format.write_onnx(session, serving_graph.images, logits, target_dir)
+            converted.write_onnx(session, serving_graph.images, logits, target_dir)
 
 
 def _signatures(serving_graph):

@@ -11,7 +11,7 @@ the towers are built K times (micro-batch k on tower i is `tower_{k * num_towers
 the one average over all of them is the update, so K x towers x per-tower batch examples make
 it, the global step counts updates and `mean_loss` covers every micro-batch; in a one-stage
 plan each micro-batch starts once the previous one's gradients are done (micro_batches.py).
-What a step changes beside the update is after_update.py's. A stage updated by LARS or LAMB
+What a step changes beside the update is averages.py's. A stage updated by LARS or LAMB
 leaves the loss's L2 term out: their own weight decay replaces it.
 """
 
@@ -22,7 +22,6 @@ import tensorflow as tf
 from inception.config import plans
 from inception.config import recipe
 from inception.parallel import towers as towers_lib
-from inception.step import after_update
 from inception.step import averages
 from inception.step import clipping
 from inception.step import loss_scaling
@@ -144,7 +143,7 @@ def build_train_graph(input_batch, make_model_fn, optimization, sharing, example
         towers=towers, regularization=regularization, schedule=schedule, bn_decay=bn_decay,
         global_step=global_step, moving_average=moving_average,
         step_extras=[prefetched.put_op] if prefetched else [],
-        statistics=after_update.statistics_updates(towers, sharing.updates_statistics),
+        statistics=averages.statistics_updates(towers, sharing.updates_statistics),
         input_batch=input_batch, sharing=sharing, options=options, plan=plan,
         run_schedule=run_schedule, loss_scale=loss_scale,
         clipped_updates=clipping.counter_if(optimization.clip_gradient_norm, variable_device),
@@ -167,7 +166,7 @@ def _build_stages(plan, shared, held_inputs):
     stage_ops = [_build_stage(stage, index, shared) for index, stage in enumerate(plan.stages)]
     micro_batches.one_micro_batch_at_a_time(shared.towers, held_inputs, stage_ops,
                                             len(shared.sharing.tower_devices))
-    after_update.order_statistics(shared.statistics, stage_ops)
+    averages.order_statistics(shared.statistics, stage_ops)
     return stage_ops
 
 
@@ -250,7 +249,7 @@ def _build_stage(stage, index, shared):
                                                    shared.loss_scale)
             update_op = tf.group(*update_ops, name="update")
             train_op = tf.group(update_op, *extras, *shared.statistics,
-                                *after_update.position_advance(
+                                *averages.position_advance(
                                     shared.input_batch, shared.sharing.updates_statistics,
                                     update_op),
                                 name="train_op")

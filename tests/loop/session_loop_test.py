@@ -12,7 +12,7 @@ from absl.testing import absltest
 from inception.loop import guards
 from inception.loop import session_loop
 from inception.run.directory import RunDirectory
-from inception.run.write_errors import CheckpointWriteError
+from inception.run.health import CheckpointWriteError
 from inception.step import step_graph
 from tests import testing_utils
 from tests.loop.loop_fixture import BATCH

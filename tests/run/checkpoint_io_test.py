@@ -110,7 +110,7 @@ FULL_DISK = """
 import resource, signal, sys
 sys.path[:0] = {path!r}
 from tests import testing_utils
-from inception.run.write_errors import CheckpointWriteError
+from inception.run.health import CheckpointWriteError
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
 resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))
 try:

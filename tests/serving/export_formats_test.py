@@ -19,7 +19,7 @@ from absl.testing import absltest
 from common import image_limits
 
 from inception.config import settings as settings_lib
-from inception.serving import lite
+from inception.serving import converted
 from inception.serving import model_files
 from inception.serving import numpy_preprocessing
 from inception.serving import saved_model
@@ -130,7 +130,7 @@ class CalibrationTest(unittest.TestCase):
 
     def test_images_are_spread_over_the_labels(self):
         data_dir = testing_utils.tiny_demo_data(train=24, validation=4)
-        images = lite.calibration_images(data_dir, 32, num_labels=5, count=10)
+        images = converted.calibration_images(data_dir, 32, num_labels=5, count=10)
         self.assertEqual(images.shape, (10, 32, 32, 3))
         self.assertEqual(images.dtype, np.float32)
         # Each chosen image is found among all training images, whose labels say the spread.
@@ -147,7 +147,7 @@ class CalibrationTest(unittest.TestCase):
     def test_a_missing_calibration_set_is_one_line(self):
         empty = testing_utils.temp_dir("no_shards")
         with self.assertRaises(model_files.ConversionError) as raised:
-            lite.calibration_images(empty, 32, num_labels=5)
+            converted.calibration_images(empty, 32, num_labels=5)
         self.assertIn(f"{empty} holds none (train-*)", str(raised.exception))
         self.assertNotIn("\n", str(raised.exception))
 

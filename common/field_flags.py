@@ -39,10 +39,14 @@ class Flag:
         or None when its choices, bounds and check all allow it."""
         if self.choices is not None and value not in self.choices:
             return f"is not one of {', '.join(choice for choice in self.choices if choice)}"
-        if self.maximum is not None and not self.minimum <= value <= self.maximum:
+        low = self.minimum is not None and value < self.minimum
+        high = self.maximum is not None and value > self.maximum
+        if (low or high) and None not in (self.minimum, self.maximum):
             return f"must be in [{self.minimum}, {self.maximum}]"
-        if self.minimum is not None and value < self.minimum:
+        if low:
             return f"must be at least {self.minimum}"
+        if high:
+            return f"must be at most {self.maximum}"
         return self.check(value) if self.check else None
 
 

@@ -13,6 +13,12 @@ Python runs its signal handlers only between bytecodes of the main thread, so tw
 that both arrive during one call reach the handler once, and the second would be lost. Every
 signal is also written to a wakeup pipe by the interpreter's C handler the moment it arrives;
 a watcher thread counts them there and ends the process at the second.
+
+A scheduler's SIGTERM comes with a grace period before its SIGKILL (Kubernetes and Slurm: 30
+s). A process whose main thread waits in a TensorFlow call that may not return soon (a read
+from a lost input service, a peer or parameter server that stopped answering) would not act on
+the signal in that time: `set_stop_deadline` makes the watcher end it after its own deadline,
+with the signal's exit status (training: the restart code), before the SIGKILL would.
 """
 
 import os
@@ -23,12 +29,21 @@ import threading
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 # {signal number: exit status} where a command chose another status than 128 + the number.
 _EXIT_STATUS = {}
+# {signal number: seconds} from its first arrival to the end of the process at the latest.
+_STOP_DEADLINE = {}
 
 
 def set_exit_status(signal_number, status):
     """Makes a stop by `signal_number` end this process with `status` instead of 128 + the
     number, in every phase (training: SIGTERM is a preemption, --restart_exit_code)."""
     _EXIT_STATUS[signal_number] = status
+
+
+def set_stop_deadline(signal_number, seconds):
+    """Makes this process end, with one line and exit_status(`signal_number`), `seconds` after
+    the first `signal_number` arrived if it still runs then (see the module docstring); the
+    files it wrote stay valid, as after a second signal. Call before handle_signals()."""
+    _STOP_DEADLINE[signal_number] = seconds
 
 
 def exit_status(signal_number):
@@ -56,6 +71,7 @@ class _Watcher:
 
     def __init__(self):
         self.count = 0
+        self._deadline = None
         self._lock = threading.Lock()
         read_fd, write_fd = os.pipe()
         os.set_blocking(write_fd, False)  # the C handler must never block on a full pipe
@@ -72,6 +88,11 @@ class _Watcher:
     def _count(self, number):
         with self._lock:
             self.count += 1
+            if self._deadline is None and number in _STOP_DEADLINE:
+                self._deadline = threading.Timer(_STOP_DEADLINE[number], _deadline_passed,
+                                                 args=(number, _STOP_DEADLINE[number]))
+                self._deadline.daemon = True
+                self._deadline.start()
             if self.count < 2:
                 return
         stop_at_once(number)
@@ -113,6 +134,15 @@ def stop_at_once(number, next_step="rerun the same command to go on"):
     for a TensorFlow call under way)."""
     os.write(2, f"{signal.Signals(number).name} received again: stopping at once; files already "
                 f"written stay valid ({next_step}).\n".encode())
+    os._exit(exit_status(number))  # pylint: disable=protected-access
+
+
+def _deadline_passed(number, seconds):
+    os.write(2, f"{signal.Signals(number).name} received {seconds:g} s ago and this process has "
+                "not stopped: a TensorFlow call still waits (for its input, a peer or a "
+                f"parameter server); stopping now with exit status {exit_status(number)}. Files "
+                "already written stay valid: the last checkpoint is the newest (start it again "
+                "to resume).\n".encode())
     os._exit(exit_status(number))  # pylint: disable=protected-access
 
 

@@ -72,6 +72,7 @@ def checked_settings():
     try:
         cluster, restart_code = cluster_from_flags()
         signals.set_exit_status(signal.SIGTERM, restart_code)  # a preemption, in every phase
+        signals.set_stop_deadline(signal.SIGTERM, cluster_lib.SIGTERM_DEADLINE_SECS)
         if cluster is not None and cluster.job_name == "ps":
             return None, cluster, None
         range_settings = commands.RangeTestSettings(

@@ -24,6 +24,11 @@ JOBS = ("ps", "worker")
 # be told any code. TensorFlow's own
 # preemption handler exits 42, which that policy would take as permanent.
 DEFAULT_RESTART_EXIT_CODE = 138
+# A training task still running this long after a SIGTERM (its step waits for a peer or its
+# input) ends itself with the restart code: within the 30 s that Kubernetes
+# (terminationGracePeriodSeconds) and Slurm (KillWait) give before SIGKILL, with 5 s to spare
+# for the exit. A task that stops on its own (its save included) is not cut short sooner.
+SIGTERM_DEADLINE_SECS = 25.0
 # Exit statuses that already mean something else (cli.fail, the flags parser, Ctrl-C).
 TAKEN_EXIT_CODES = {0: "success", 1: "an error", 2: "a bad flag", 130: "Ctrl-C"}
 

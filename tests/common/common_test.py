@@ -4,9 +4,11 @@ the progress bar; and the application's start-up built on them (inception/driver
 import io
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
+import time
 import unittest
 from unittest import mock
 
@@ -149,6 +151,48 @@ class CliTest(unittest.TestCase):
         self.assertEqual(json.loads(completed.stdout),
                          ["--tf_xla_auto_jit=0 --tf_xla_cpu_global_jit", True])
         self.assertEqual(completed.stderr, "")
+
+
+class StopDeadlineTest(unittest.TestCase):
+    """A SIGTERM to a process whose main thread never gets back to look at it (as in a step
+    that waits for a lost peer: here a sleep the recording handler does not end)."""
+
+    SCRIPT = ("import signal, sys, time\n"
+              "from common import signals\n"
+              "signals.handle_signals()\n"
+              "signals.set_exit_status(signal.SIGTERM, 138)\n"
+              "{deadline}"
+              "signal.signal(signal.SIGTERM, lambda *unused: None)  # a phase that records it\n"
+              "print('waiting', flush=True)\n"
+              "time.sleep(10)\n"
+              "print('the wait ended', flush=True)\n")
+
+    def run_and_terminate(self, deadline):
+        """(exit status, stdout, stderr, seconds from the SIGTERM to the exit)."""
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        script = self.SCRIPT.format(deadline=deadline)
+        with subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env) as process:
+            self.assertEqual(process.stdout.readline(), "waiting\n")
+            sent = time.monotonic()
+            process.send_signal(signal.SIGTERM)
+            stdout, stderr = process.communicate(timeout=60)
+            return process.returncode, stdout, stderr, time.monotonic() - sent
+
+    def test_the_process_ends_with_the_signals_status_at_its_deadline(self):
+        code, stdout, stderr, seconds = self.run_and_terminate(
+            "signals.set_stop_deadline(signal.SIGTERM, 1.5)\n")
+        self.assertEqual(code, 138, stderr)
+        self.assertEqual(stdout, "")
+        self.assertIn("SIGTERM received 1.5 s ago and this process has not stopped", stderr)
+        # Not before its deadline; before the 10 s wait would end (a busy machine's margin).
+        self.assertGreaterEqual(seconds, 1.5)
+        self.assertLess(seconds, 8)
+
+    def test_without_a_deadline_the_wait_goes_on(self):
+        code, stdout, _, seconds = self.run_and_terminate("")
+        self.assertEqual((code, stdout), (0, "the wait ended\n"))
+        self.assertGreater(seconds, 8)
 
 
 class DurationTest(unittest.TestCase):

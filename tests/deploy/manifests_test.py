@@ -1,6 +1,8 @@
 """The Kubernetes manifests and the Slurm script of deploy/: they parse, pass only flags the
 trainer has, and agree on the image, port, restart code and shared volume; the environment each
-scheduler gives a task describes the cluster it should."""
+scheduler gives a task describes the cluster it should. Each manifest lets only its job's own
+pods reach them (a NetworkPolicy), and runs them as a user and group other than root, without
+privileges or capabilities, under the runtime's default seccomp profile (docs/ports.md)."""
 
 import copy
 import json
@@ -20,11 +22,71 @@ DEPLOY = os.path.join(os.path.dirname(__file__), "..", "..", "deploy")
 # (pkg/util/train/train_util.go: IsRetryableExitCode); everything else is permanent.
 KUBEFLOW_RETRYABLE = {130, 137, 143, 138}
 RESTART = cluster_lib.DEFAULT_RESTART_EXIT_CODE
+# The label each controller puts on its job's pods, valued with the job's name: JobSet v0.12.0
+# (pkg/controllers/jobset_controller.go, labelAndAnnotateObject) and Kubeflow's training
+# operator v1.9.0 (pkg/controller.v1/common/job_controller.go, GenLabels).
+JOBSET_POD_LABEL = "jobset.sigs.k8s.io/jobset-name"
+TFJOB_POD_LABEL = "training.kubeflow.org/job-name"
+
+
+def documents(name):
+    """The YAML documents of the manifest `name` of deploy/kubernetes, in order."""
+    with open(os.path.join(DEPLOY, "kubernetes", name), encoding="utf-8") as handle:
+        return [document for document in yaml.safe_load_all(handle) if document]
 
 
 def load(name):
-    with open(os.path.join(DEPLOY, "kubernetes", name), encoding="utf-8") as handle:
-        return yaml.safe_load(handle)
+    """The job of the manifest `name`: its first document."""
+    return documents(name)[0]
+
+
+def network_policy(name):
+    """The one NetworkPolicy of the manifest `name` (AssertionError if there is none, or more)."""
+    policies = [document for document in documents(name)
+                if document["kind"] == "NetworkPolicy"]
+    if len(policies) != 1:
+        raise AssertionError(f"{name} has {len(policies)} NetworkPolicy documents, not 1")
+    return policies[0]
+
+
+def check_only_the_job_reaches_its_pods(test, name, label, ports):
+    """Checks that the NetworkPolicy of manifest `name` selects the pods whose `label` is the
+    job's name and admits ingress to them from those pods alone, on the TCP `ports` alone: a
+    rule without `from` would admit everyone, a namespace selector or an address block others."""
+    job, policy = load(name), network_policy(name)
+    test.assertEqual(policy["apiVersion"], "networking.k8s.io/v1")
+    test.assertEqual(policy["metadata"].get("namespace"), job["metadata"].get("namespace"))
+    own_pods = {"matchLabels": {label: job["metadata"]["name"]}}
+    spec = policy["spec"]
+    test.assertEqual(spec["podSelector"], own_pods)
+    test.assertIn("Ingress", spec["policyTypes"])
+    test.assertTrue(spec["ingress"], "an empty ingress list admits no one, not the job")
+    for rule in spec["ingress"]:
+        test.assertEqual(rule.get("from"), [{"podSelector": own_pods}])
+        test.assertEqual(rule.get("ports"), [{"protocol": "TCP", "port": port} for port in ports])
+
+
+def check_locked_down(test, pod):
+    """Checks that `pod` (a pod template's spec) runs as a user and group other than root, with
+    the runtime's default seccomp profile, and every container of it (init containers too, if
+    any) without privilege escalation, capabilities or privileged mode. The root filesystem may
+    stay writable: the containers start the trainer through `bin/bazel run`, which writes under
+    $HOME/.cache at every start."""
+    security = pod["securityContext"]
+    test.assertIs(security["runAsNonRoot"], True)
+    test.assertGreater(security["runAsUser"], 0)
+    test.assertGreater(security["runAsGroup"], 0)
+    test.assertEqual(security["fsGroup"], security["runAsGroup"])  # so it may write /runs
+    test.assertEqual(security["seccompProfile"], {"type": "RuntimeDefault"})
+    for each in pod.get("initContainers", []) + pod["containers"]:
+        with test.subTest(container=each["name"]):
+            restricted = each["securityContext"]
+            test.assertIs(restricted["allowPrivilegeEscalation"], False)
+            test.assertEqual(restricted["capabilities"], {"drop": ["ALL"]})
+            test.assertIs(restricted.get("privileged", False), False)
+            # Nothing in a container may undo the pod's user, group or seccomp profile.
+            for key in ("runAsUser", "runAsGroup", "runAsNonRoot", "seccompProfile"):
+                test.assertEqual(restricted.get(key, security[key]), security[key], key)
 
 
 def flag_values(args):
@@ -87,6 +149,13 @@ class JobSetTest(unittest.TestCase):
     def test_the_train_dir_is_on_the_shared_volume(self):
         self.assertTrue(shared_train_dir(self, self.args, self.container, self.pod))
 
+    def test_only_the_jobsets_own_pods_reach_its_pods(self):
+        check_only_the_job_reaches_its_pods(self, "jobset.yaml", JOBSET_POD_LABEL,
+                                            [int(self.args["cluster_port"])])
+
+    def test_pods_run_unprivileged_as_a_user_other_than_root(self):
+        check_locked_down(self, self.pod)
+
 
 def shared_train_dir(test, args, container, pod):
     """Checks that --train_dir lies on a mounted persistent volume claim; returns the claim."""
@@ -127,6 +196,16 @@ class TfJobTest(unittest.TestCase):
         self.assertTrue(chief.is_chief)
         self.assertEqual(chief.num_workers, workers + 1)
 
+    def test_only_the_tfjobs_own_pods_reach_its_pods(self):
+        ports = {port["containerPort"] for spec in self.replicas.values()
+                 for port in spec["template"]["spec"]["containers"][0]["ports"]}
+        check_only_the_job_reaches_its_pods(self, "tfjob.yaml", TFJOB_POD_LABEL, sorted(ports))
+
+    def test_pods_run_unprivileged_as_a_user_other_than_root(self):
+        for kind, spec in self.replicas.items():
+            with self.subTest(kind=kind):
+                check_locked_down(self, spec["template"]["spec"])
+
 
 class AgreementTest(unittest.TestCase):
 
@@ -142,6 +221,9 @@ class AgreementTest(unittest.TestCase):
             self.assertEqual(jobset_args[name], tfjob_args[name], name)
         self.assertEqual(shared_train_dir(self, jobset_args, jobset, pod),
                          shared_train_dir(self, tfjob_args, tfjob, tfjob_pod))
+        self.assertEqual(pod["securityContext"], tfjob_pod["securityContext"])
+        self.assertEqual(network_policy("jobset.yaml")["spec"]["ingress"][0]["ports"],
+                         network_policy("tfjob.yaml")["spec"]["ingress"][0]["ports"])
         with open(os.path.join(DEPLOY, "slurm", "train.sbatch"), encoding="utf-8") as handle:
             script = handle.read()
         self.assertEqual(int(re.search(r"^RESTART_EXIT_CODE=(\d+)$", script, re.M).group(1)),

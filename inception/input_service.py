@@ -9,7 +9,6 @@ how many workers the dispatcher has; runs until Ctrl-C or SIGTERM.
 """
 
 import signal
-import socket
 import threading
 
 from absl import app
@@ -40,18 +39,22 @@ def start(settings, log):
     from inception.inputs import service  # pylint: disable=import-outside-toplevel
     dispatcher, address = None, settings.dispatcher
     if not settings.dispatcher:
-        dispatcher = service.start_dispatcher(settings.port, settings.work_dir)
         address = f"localhost:{settings.port}"
+    host, chosen = ((settings.host, "--host") if settings.host
+                    else service.default_host(address))
+    if not settings.dispatcher:
+        dispatcher = service.start_dispatcher(settings.port, settings.work_dir)
         journal = (f", journal in {settings.work_dir} (fault tolerant)" if settings.work_dir
                    else "")
-        log(f"dispatcher listening on port {settings.port}{journal}; train with "
-            f"--input_service=grpc://{socket.getfqdn()}:{settings.port}")
+        log(f"dispatcher listening on port {settings.port} of {service.LISTENS_ON}{journal}; "
+            f"train with --input_service=grpc://{host}:{settings.port}")
     workers = []
     for index in range(settings.num_workers):
         port = settings.worker_port + index if settings.worker_port else 0
-        workers.append(service.start_worker(address, port))
-        log(f"worker {index + 1} of {settings.num_workers} started, registering with the "
-            f"dispatcher at {address}")
+        workers.append(service.start_worker(address, host, port))
+        log(f"worker {index + 1} of {settings.num_workers} listening on port "
+            f"{service.bound_port(workers[-1])} of {service.LISTENS_ON}, registering with the "
+            f"dispatcher at {address} as {host} ({chosen}; --host to change)")
     return dispatcher, workers
 
 

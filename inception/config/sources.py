@@ -73,12 +73,15 @@ def service_host_port(address, flag="input_service", protocol=SERVICE_PROTOCOL):
 class InputServiceSettings:
     """`//inception:input_service`: a dispatcher on `port` (unless `dispatcher` names one
     elsewhere) and `num_workers` workers in this process, each on its own port from
-    `worker_port` (0: any free one); `work_dir`: the dispatcher's journal (fault tolerant)."""
+    `worker_port` (0: any free one); `work_dir`: the dispatcher's journal (fault tolerant);
+    `host`: the name or address other machines reach this one at, under which the workers
+    register ("": chosen, inputs/service.default_host)."""
     port: int = 0
     num_workers: int = 1
     dispatcher: str = ""
     worker_port: int = 0
     work_dir: str = ""
+    host: str = ""
 
     def validate(self):
         """Raises SettingsError for a setting no service can use; returns self."""
@@ -91,6 +94,9 @@ class InputServiceSettings:
                                 f"{1 if self.dispatcher else 0}.")
         if self.dispatcher:
             service_host_port(self.dispatcher, flag="dispatcher", protocol="")
+        if self.host and (":" in self.host or "/" in self.host or " " in self.host):
+            raise SettingsError(f"--host={self.host}: give a host name or IPv4 address without "
+                                "a port or protocol, e.g. --host=input-1.example.com.")
         if self.dispatcher and self.work_dir:
             raise SettingsError("--work_dir is the dispatcher's; these workers join the one at "
                                 "--dispatcher: drop --work_dir.")
@@ -106,6 +112,10 @@ SERVICE_HELP = {
     "dispatcher": "host:port of a dispatcher running elsewhere: start only workers here, "
                   "which join it.",
     "worker_port": "First port of the workers (the next ones count up); 0: any free port.",
+    "host": "Name or address at which trainers on other machines reach this machine: the "
+            "workers started here register with the dispatcher under it. Default: the address "
+            "this machine reaches --dispatcher from, or with a dispatcher here this machine's "
+            "network address (the start lines say which).",
     "work_dir": Flag("Directory of the dispatcher's journal: a dispatcher restarted with the same "
                 "--work_dir and --port takes its jobs up again (fault-tolerant mode).", path=True),
 }

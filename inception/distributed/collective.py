@@ -173,7 +173,7 @@ class CollectiveWorker(ClusterMember):
         votes = self._votes[self._train_graph.plan.stage_index_at(step)]
         where = f"after step {step}"
         try:
-            with self._watchdog.around(timeout, f"the step after step {step}"):
+            with self._watchdog.around(timeout, f"the step after step {step}"), self.watched(step):
                 out, counts = session.run(
                     (fetches, votes), feed_dict={self._vote_input: self._vote},
                     options=hooks_lib.run_options(timeout, metadata), run_metadata=metadata)

@@ -23,7 +23,9 @@ from inception.distributed.connections import TaskLostError
 from inception.distributed.connections import task_device
 from inception.distributed.connections import unreachable_tasks
 from inception.distributed.watchdog import Watchdog
+from inception.inputs import service
 from inception.loop import hooks as hooks_lib
+from inception.loop import liveness
 
 
 def step_shape(train_graph):
@@ -57,6 +59,9 @@ class ClusterMember(hooks_lib.WorkerHooks):
         self._server = start_server(cluster, server_config)
         self._ops = {}
         self._watchdog = Watchdog(f"worker {cluster.task_id}", on_stuck)
+        self._step_watch = (liveness.StepWatch(self._lost_contact, on_stuck)
+                            if on_stuck is not None else None)
+        self._steps_watched = 0
 
     @property
     def is_chief(self):
@@ -72,6 +77,30 @@ class ClusterMember(hooks_lib.WorkerHooks):
         """`device` (e.g. '/cpu:0') on this worker: what is built there stays on it, even a
         variable (input counters are local state, not shared)."""
         return f"{self.worker_device}{device}"
+
+    def watched(self, step):
+        """A context manager around the step after `step`: while it waits, the other tasks
+        (and the input service) are probed (loop/liveness.py), and when they stop answering
+        (a partition, a machine gone) the task ends with one line naming them and the restart
+        code, long before --step_timeout_secs. Not the start's first step, which may wait for
+        tasks still starting."""
+        self._steps_watched += 1
+        if self._step_watch is None or self._steps_watched == 1:
+            return contextlib.nullcontext()
+        return self._step_watch.around(lambda reason: (
+            f"worker {self.cluster.task_id} after step {step}: lost contact with the cluster "
+            f"({reason}). Stop every task and start them again; training resumes from the "
+            "chief's last checkpoint."))
+
+    def _lost_contact(self):
+        """What this worker's step waits for that does not answer now, or None."""
+        down = unreachable_tasks(self.cluster)
+        lost = [f"not answering now: {down}"] if down else []
+        if self.input_service:
+            reason = service.unreachable(self.input_service)
+            if reason:
+                lost.append(f"the input service at {self.input_service}: {reason}")
+        return "; ".join(lost) or None
 
     @contextlib.contextmanager
     def _closing(self, session):

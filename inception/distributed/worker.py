@@ -223,7 +223,7 @@ class ClusterWorker(ClusterMember):
             timeout += self.cluster.startup_timeout_secs
         where = f"after step {step}"
         try:
-            with self._watchdog.around(timeout, f"the step after step {step}"):
+            with self._watchdog.around(timeout, f"the step after step {step}"), self.watched(step):
                 out, flags_set = session.run((fetches, self._ops["stop_flags"]),
                                              options=hooks_lib.run_options(timeout, metadata),
                                              run_metadata=metadata)

@@ -24,6 +24,7 @@ from inception.inputs import service
 from inception.inputs import shares
 from inception.inputs import synthetic
 from inception.loop import hooks as hooks_lib
+from inception.loop import liveness
 from inception.loop import resume
 from inception.loop import session_loop
 from inception.model import network
@@ -121,9 +122,7 @@ def train_input(run, batch, seed, position, share, service_input=None):
         strict=settings.data.strict_input, crop=run.dataset.defaults.crop,
         augmentation=settings.augmentation, examples_per_epoch=run.examples_per_epoch,
         sampling_weights=run.sampling_weights)
-    return pipeline.build_train_input(
-        stream, position, shares.ALL if service_input else share,  # the service gives them out
-        service_input)
+    return pipeline.build_train_input(stream, position, share, service_input)
 
 
 def service_input_of(settings):
@@ -159,8 +158,9 @@ def train(settings, log=print, on_stuck=None):
     Checks the settings first (nothing is written for a bad one), then holds the lock of
     `train_dir` for the whole run (run/lock.py; on a cluster the chief alone).
 
-    on_stuck: on a cluster, callable(message) for a TensorFlow call that outlives its own
-    timeout (see distributed.ClusterWorker); the entry point ends the process.
+    on_stuck: callable(message) for a TensorFlow call that outlives its own timeout on a
+    cluster (see distributed.ClusterWorker), or a step that waits for an input service found
+    unreachable (loop/liveness.py); the entry point ends the process.
 
     Raises cli.UserError subclasses (SettingsError, PlanError, RunLockError, DataError,
     PlacementError, CheckpointError) with a message that says what to do, and
@@ -168,8 +168,8 @@ def train(settings, log=print, on_stuck=None):
     distributed.ClusterError (a task lost or late).
     """
     settings.validate()
-    held = exclusive_run(settings.train_dir) if settings.is_chief else \
-        contextlib.nullcontext()
+    held = exclusive_run(settings.train_dir, retryable=settings.cluster is not None,
+                         log=log) if settings.is_chief else contextlib.nullcontext()
     with held:
         if settings.is_chief:
             check_writable(settings.train_dir)
@@ -238,7 +238,7 @@ def _run_training(run, log, on_stuck):
         return session_loop.run_training(graph_builder(run, worker, service_input=service_input),
                                          config, settings.loop,
                                          run.make_initializer, log=log,
-                                         worker=worker or _timed_steps(settings),
+                                         worker=worker or _timed_steps(settings, on_stuck),
                                          validation=validation)
     except tf.errors.OpError as error:
         input_error = damaged.explain(error) or explain_determinism(error)
@@ -252,15 +252,23 @@ def _run_training(run, log, on_stuck):
             validation.close()
 
 
-def _timed_steps(settings):
+def _timed_steps(settings, on_stuck):
     """The loop's one-machine hooks: steps limited in time when the input comes from the
-    tf.data service (a lost service would leave a step waiting for ever), else None."""
-    source = settings.input_source
-    if not source.input_service:
+    tf.data service (a lost service would leave a step waiting for ever), else None; with
+    `on_stuck` (which ends the process), a step also ends soon after the service is found
+    unreachable."""
+    address = settings.input_source.input_service
+    if not address:
         return None
+
+    def watch(step, first):
+        probe = functools.partial(service.unreachable, address, workers_required=not first)
+        return liveness.StepWatch(probe, on_stuck).around(
+            functools.partial(service.lost_service_line, address, step))
     return hooks_lib.TimedWorkerHooks(
-        source.input_service_timeout_secs, FIRST_STEP_EXTRA_SECS,
-        lambda step, waited: service.lost_service_error(source.input_service, step, waited))
+        settings.input_source.input_service_timeout_secs, FIRST_STEP_EXTRA_SECS,
+        lambda step, waited: service.lost_service_error(address, step, waited),
+        watch=watch if on_stuck is not None else None)
 
 
 def find_learning_rate(settings, test, plot_path, log=print):

@@ -53,6 +53,7 @@ def resolve_run(settings, log=print):
     run_dir = RunDirectory(settings.train_dir)
     newest = run_dir.newest()
     stored = stored_run(run_dir, newest)
+    check_same_input_kind(settings, stored)
     dataset = dataset_of_run(settings.data, stored, log)
     filled = keep_global_batch(settings_lib.fill_defaults(settings, dataset.defaults), stored,
                                placement, log)
@@ -146,6 +147,24 @@ def stored_run(run_dir, newest):
     """The StoredRun of the RunDirectory `run_dir` once it has a checkpoint (`newest`), else
     None: a run that failed before saving one must not pin the flags of the next attempt."""
     return run_dir.read_settings() if newest is not None else None
+
+
+def check_same_input_kind(settings, stored):
+    """SettingsError when the checkpoints of `stored` (a StoredRun, or None: nothing to resume)
+    were trained on synthetic input and `settings` ask for the data set's, or the reverse:
+    resuming would mix a model with noise."""
+    synthetic = settings.input_source.synthetic_input
+    if stored is None or stored.synthetic_input in (None, synthetic):
+        return
+    if synthetic:
+        raise settings_lib.SettingsError(
+            f"--synthetic_input: --train_dir={settings.train_dir} holds checkpoints trained on "
+            "the data set's images, which training on random input would spoil; time the step "
+            "in another --train_dir, or drop --synthetic_input to go on training.")
+    raise settings_lib.SettingsError(
+        f"--train_dir={settings.train_dir} holds checkpoints trained with --synthetic_input "
+        "(random input, for timing): train on the data set in another --train_dir, or pass "
+        "--synthetic_input to go on timing.")
 
 
 def dataset_of_run(data, stored, log):

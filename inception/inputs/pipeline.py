@@ -167,6 +167,8 @@ def build_train_input(stream, position=None, share=shares.ALL, service=None):
       position: the int64 variable of the position (shares.position_variable(), placed by the
         caller: a cluster's chief saves it for every worker); None: made here when tracked.
       share: shares.InputShare: this worker's share of the order, in chunks of the batch size.
+        With `service` only its count matters: the records one step of the cluster consumes
+        (the service hands each batch to one trainer).
       service: service.ServiceInput: the tf.data service's workers make the batches, each
         taking whole epochs (from the first after `position`, or the first); None: here.
 

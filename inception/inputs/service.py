@@ -13,22 +13,36 @@ and a resumed run starts at the first epoch after the records it had consumed in
 next record (pipeline._start; a cluster's trainers go on with their job: ServiceInput).
 
 A lost worker is the service's own business (the dispatcher gives its epoch to another);
-when the dispatcher and every worker are gone, a trainer's read waits forever, so the trainer
-limits each step (loop/hooks.TimedWorkerHooks) and ends with `lost_service_error`.
+when the dispatcher or every worker is gone, a trainer's read waits forever, so the trainer
+watches a step that waits (`unreachable`, loop/liveness.py: a line naming the service within
+a minute) and limits each step (loop/hooks.TimedWorkerHooks: `lost_service_error` after
+--input_service_timeout_secs, for a service that answers but serves nothing).
 """
 
 import dataclasses
+import fcntl
+import functools
+import ipaddress
 import socket
+import struct
 import uuid
 import zlib
 
+import grpc  # TensorFlow's own dependency, for the dispatcher's list of workers
 import tensorflow as tf
+from google.protobuf import descriptor_pb2
+from google.protobuf import descriptor_pool
+from google.protobuf import message_factory
 
 from common import cli
 from inception.config import sources
 
 PROCESSING_MODE = "distributed_epoch"
 REACHABLE_TIMEOUT_SECS = 5.0
+_SIOCGIFADDR = 0x8915  # Linux ioctl: an interface's IPv4 address
+# What TensorFlow's tf.data service servers listen on: every interface (their configs take a
+# port but no address to bind).
+LISTENS_ON = "all interfaces"
 
 
 class InputServiceError(cli.UserError):
@@ -82,6 +96,75 @@ def check_reachable(address, timeout_secs=REACHABLE_TIMEOUT_SECS):
             f"{host}, or fix the address.") from None
 
 
+def unreachable(address, timeout_secs=REACHABLE_TIMEOUT_SECS, workers_required=True):
+    """Why the tf.data service at `address` (grpc://host:port) cannot serve a trainer now, or
+    None: its dispatcher does not accept connections, or none of the workers registered with
+    it does (the dispatcher lists a lost worker for minutes); with `workers_required` False
+    (a start, while workers may still be registering), an empty list is no reason."""
+    host, port = sources.service_host_port(address)
+    try:
+        socket.create_connection((host, port), timeout=timeout_secs).close()
+        workers = registered_worker_addresses(f"{host}:{port}", timeout_secs)
+    except (OSError, grpc.RpcError) as error:
+        return f"its dispatcher at {host}:{port} does not answer ({_reason(error)})"
+    if not workers:
+        return "no worker is registered with its dispatcher" if workers_required else None
+    failures = []
+    for worker in workers:
+        worker_host, _, worker_port = worker.rpartition(":")
+        try:
+            socket.create_connection((worker_host, int(worker_port)),
+                                     timeout=timeout_secs).close()
+            return None
+        except (OSError, ValueError) as error:
+            failures.append(f"{worker}: {_reason(error)}")
+    return f"none of its {len(workers)} worker(s) answers ({'; '.join(failures)})"
+
+
+def _reason(error):
+    if isinstance(error, grpc.RpcError):
+        return error.code().name  # pylint: disable=no-member
+    return error.strerror if isinstance(error, OSError) and error.strerror else (
+        str(error) or type(error).__name__)
+
+
+def registered_worker_addresses(dispatcher_address, timeout_secs):
+    """The addresses (host:port) of the workers registered with the dispatcher at
+    `dispatcher_address` (host:port), from its GetWorkers call; raises grpc.RpcError."""
+    with grpc.insecure_channel(dispatcher_address) as channel:
+        call = channel.unary_unary("/tensorflow.data.DispatcherService/GetWorkers",
+                                   request_serializer=lambda unused: b"",
+                                   response_deserializer=_workers_response().FromString)
+        return [worker.address for worker in call(None, timeout=timeout_secs).workers]
+
+
+@functools.lru_cache(maxsize=None)
+def _workers_response():
+    # TensorFlow's wheel has no Python module of the dispatcher's protocol
+    # (tensorflow/core/data/service/dispatcher.proto): the reply's two messages, declared here.
+    proto = descriptor_pb2.FileDescriptorProto(name="inception_dispatcher_probe.proto",
+                                               package="tensorflow.data", syntax="proto3")
+    info = proto.message_type.add(name="WorkerInfo")
+    info.field.add(name="address", number=1, type=descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
+                   label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
+    reply = proto.message_type.add(name="GetWorkersResponse")
+    reply.field.add(name="workers", number=1, type_name=".tensorflow.data.WorkerInfo",
+                    type=descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE,
+                    label=descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(proto)
+    return message_factory.GetMessageClass(
+        pool.FindMessageTypeByName("tensorflow.data.GetWorkersResponse"))
+
+
+def lost_service_line(address, step, reason):
+    """The line of a trainer that lost the tf.data service at `address` during the step after
+    `step`, for `reason` (from `unreachable`)."""
+    return (f"training lost the tf.data service at {address} after step {step}: {reason}. "
+            "Start the service again and rerun this command, which resumes from the last "
+            "checkpoint.")
+
+
 def lost_service_error(address, step, waited_secs):
     """The InputServiceError of a step that got no batch from the service in `waited_secs`."""
     return InputServiceError(
@@ -99,12 +182,69 @@ def start_dispatcher(port, work_dir=""):
     return tf.data.experimental.service.DispatchServer(config)
 
 
-def start_worker(dispatcher_address, port=0):
+def start_worker(dispatcher_address, host, port=0):
     """A tf.data service worker (listening on `port`, 0: any) that registers with the
-    dispatcher at `dispatcher_address` (host:port, no protocol)."""
+    dispatcher at `dispatcher_address` (host:port, no protocol) as `host`:its port, the
+    address at which the dispatcher sends trainers to it (TensorFlow's default, localhost,
+    would send every trainer to its own machine)."""
     return tf.data.experimental.service.WorkerServer(
         tf.data.experimental.service.WorkerConfig(dispatcher_address=dispatcher_address,
-                                                  port=port))
+                                                  worker_address=f"{host}:%port%", port=port))
+
+
+def bound_port(server):
+    """The port a tf.data service server of this process listens on."""
+    return int(server._address.rpartition(":")[2])  # pylint: disable=protected-access
+
+
+def default_host(dispatcher_address):
+    """(address, how it was chosen) under which this machine's workers register with the
+    dispatcher at `dispatcher_address` (host:port) when --host is not given.
+
+    The address this machine's packets to the dispatcher leave from (a UDP socket's connect
+    picks the route and sends nothing): on a network the trainers share with the dispatcher,
+    that is the address they reach this machine at. A dispatcher on this machine (its route
+    is loopback) leaves no such clue: then this machine's one non-loopback IPv4 address, or
+    of several the one its host name resolves to, or else the first; with none, localhost,
+    which only trainers on this machine can reach."""
+    host, _, port = dispatcher_address.rpartition(":")
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((host, int(port)))
+            source = probe.getsockname()[0]
+    except OSError:
+        source = "127.0.0.1"
+    if not ipaddress.ip_address(source).is_loopback:
+        return source, f"the address this machine reaches the dispatcher at {host} from"
+    addresses = interface_addresses()
+    if not addresses:
+        return "localhost", ("no network interface but loopback: trainers on other machines "
+                             "cannot reach these workers")
+    try:
+        named = socket.gethostbyname(socket.gethostname())
+    except OSError:
+        named = None
+    chosen = named if named in addresses else addresses[0]
+    others = [address for address in addresses if address != chosen]
+    also = f"; also here: {', '.join(others)}" if others else ""
+    return chosen, f"this machine's network address{also}"
+
+
+def interface_addresses():
+    """The IPv4 addresses of this machine's interfaces, loopback left out, in interface
+    order (the standard library lists interfaces but not their addresses: an ioctl asks)."""
+    addresses = []
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        for _, name in socket.if_nameindex():
+            try:
+                reply = fcntl.ioctl(sock.fileno(), _SIOCGIFADDR,
+                                    struct.pack("256s", name[:15].encode()))
+            except OSError:  # no IPv4 address on this interface
+                continue
+            address = socket.inet_ntoa(reply[20:24])
+            if not ipaddress.ip_address(address).is_loopback:
+                addresses.append(address)
+    return addresses
 
 
 def registered_workers(dispatcher):

@@ -109,18 +109,24 @@ class TimedWorkerHooks(WorkerHooks):
     `timeout_secs` (the first of a start, which builds and warms up everything, gets
     `first_step_extra_secs` more) ends training with the error `make_error(step, waited_secs)`
     returns. For an input that can stop arriving (inputs/service.py), where a read would wait
-    for ever."""
+    for ever. `watch`: None, or callable(step, first) -> a context manager around the step
+    after `step` (`first`: the start's first step) that ends one waiting for an input found
+    gone sooner (loop/liveness.py)."""
 
-    def __init__(self, timeout_secs, first_step_extra_secs, make_error):
+    def __init__(self, timeout_secs, first_step_extra_secs, make_error, watch=None):
         self.timeout_secs, self.extra_secs = timeout_secs, first_step_extra_secs
         self.make_error = make_error
+        self.watch = watch
         self.steps_run = 0
 
     def run_step(self, session, fetches, step, metadata=None):
         limit = self.timeout_secs + (0 if self.steps_run else self.extra_secs)
+        watched = (self.watch(step, not self.steps_run) if self.watch is not None
+                   else contextlib.nullcontext())
         try:
-            out = session.run(fetches, options=run_options(limit, metadata),
-                              run_metadata=metadata)
+            with watched:
+                out = session.run(fetches, options=run_options(limit, metadata),
+                                  run_metadata=metadata)
         except tf.errors.DeadlineExceededError:
             raise self.make_error(step, limit) from None
         self.steps_run += 1

@@ -51,10 +51,12 @@ START_DIR = "start"
 class StoredRun:
     """What a run's settings file holds: the model section of its settings (what builds the
     network), the data directory it trained on, and the UpdateShape of its last run (None in
-    files written before it was stored)."""
+    files written before it was stored), and whether it trained on --synthetic_input (None in
+    files written before that was stored)."""
     model: ModelSettings
     data_dir: str
     update: UpdateShape = None
+    synthetic_input: bool = None
 
 
 class RunDirectory:
@@ -91,8 +93,10 @@ class RunDirectory:
             payload = json.loads(files.read_text(path))
             data_dir = payload.pop("data_dir", "")
             update = payload.pop("update", None)
+            synthetic_input = payload.pop("synthetic_input", None)
             return StoredRun(model=ModelSettings(**payload), data_dir=data_dir,
-                             update=UpdateShape(**update) if update else None)
+                             update=UpdateShape(**update) if update else None,
+                             synthetic_input=synthetic_input)
         except (ValueError, TypeError) as error:
             raise CheckpointError(f"{path} is damaged ({error}); restore it from a backup or "
                                   "delete it to use the flags' settings.") from None
@@ -111,10 +115,12 @@ class RunDirectory:
 
     def write_settings(self, settings):
         """Writes the settings file from the run's resolved TrainSettings (its model section,
-        data directory and UpdateShape), atomically and only when it changes. CheckpointError
-        naming the file when it cannot be written (the old one stays)."""
+        data directory, UpdateShape and whether its input is synthetic), atomically and only
+        when it changes. CheckpointError naming the file when it cannot be written (the old
+        one stays)."""
         payload = dict(dataclasses.asdict(settings.model), data_dir=settings.data.data_dir,
-                       update=dataclasses.asdict(UpdateShape.of(settings)))
+                       update=dataclasses.asdict(UpdateShape.of(settings)),
+                       synthetic_input=settings.input_source.synthetic_input)
         text = json.dumps(payload, indent=2, sort_keys=True) + "\n"
         path = self.file(SETTINGS_FILE)
         if tf.io.gfile.exists(path) and files.read_text(path) == text:

@@ -1,6 +1,6 @@
-"""A cluster of `python -m inception.train` tasks on 127.0.0.1 for the loopback tests: with one
-parameter server, or none (the workers all-reduce), each task a subprocess with its output in a
-file."""
+"""A cluster of `python -m inception.train` tasks for the cluster tests: with one parameter
+server, or none (the workers all-reduce), each task a subprocess with its output in a file; on
+127.0.0.1, or each task on a host of its own in a lab of hosts (tests/lab.py)."""
 
 import os
 import re
@@ -23,6 +23,8 @@ STEP_TIMEOUT_SECS = 60
 # Bazel runs the cluster tests' shards side by side, so on 2 cores six TensorFlow processes
 # build their graphs at once: measured 3.5 min to the first step there (under 1 min alone).
 RUN_TIMEOUT_SECS = 480
+# The port of every task on a lab host (each host has its own ports).
+TASK_PORT = 2222
 # What every task exits with when a task was preempted or lost (the flag's default).
 RESTART_EXIT_CODE = cluster_lib.DEFAULT_RESTART_EXIT_CODE
 TINY = ("--dataset=demo", *testing_utils.tiny_flags(aux_head=True), "--batch_size=4",
@@ -35,14 +37,23 @@ NO_VALIDATION = ("--eval_every_n_steps=0",)
 class LocalCluster:
     """`num_ps` parameter servers (0 or 1) and two worker tasks of `python -m inception.train`
     training on `data_dir` into `train_dir` with `num_towers` towers each, each task in its
-    own process group with its output in a file; `stop()` kills whatever still runs."""
+    own process group with its output in a file; `stop()` kills whatever still runs.
 
-    def __init__(self, data_dir, train_dir, max_steps, num_ps=1, extra_flags=(), num_towers=2):
-        ports = free_ports(num_ps + 2)
-        self.addresses = {f"ps{task}": f"127.0.0.1:{port}"
-                          for task, port in enumerate(ports[:num_ps])}
-        self.addresses.update({f"worker{task}": f"127.0.0.1:{port}"
-                               for task, port in enumerate(ports[num_ps:])})
+    With `lab` (a tests/lab.Lab), each task runs on a host of its own, the parameter server
+    first, from host 1 on (`hosts` names each task's), at TASK_PORT of its address."""
+
+    def __init__(self, data_dir, train_dir, max_steps, num_ps=1, extra_flags=(), num_towers=2,
+                 lab=None):
+        names = [f"ps{task}" for task in range(num_ps)] + ["worker0", "worker1"]
+        self.lab = lab
+        if lab is None:
+            self.hosts = {}
+            self.addresses = {name: f"127.0.0.1:{port}"
+                              for name, port in zip(names, free_ports(len(names)))}
+        else:
+            self.hosts = {name: host for host, name in enumerate(names, start=1)}
+            self.addresses = {name: f"{lab.address(host)}:{TASK_PORT}"
+                              for name, host in self.hosts.items()}
         self.log_dir = testing_utils.temp_dir("cluster_logs")
         cluster = (f"--worker_hosts={self.addresses['worker0']},{self.addresses['worker1']}",
                    f"--startup_timeout_secs={STARTUP_TIMEOUT_SECS}",
@@ -60,13 +71,21 @@ class LocalCluster:
         self.processes = {}
 
     def __enter__(self):
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), TF_CPP_MIN_LOG_LEVEL="2")
+        """Starts the cluster's tasks (others started before with `start` keep running)."""
         for name, args in self.commands.items():
-            with open(self.log_path(name), "w", encoding="utf-8") as log:
-                self.processes[name] = subprocess.Popen(
-                    [sys.executable, "-m", "inception.train", *args], stdout=log,
-                    stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            self.start(name, "inception.train", args, self.hosts.get(name))
         return self
+
+    def start(self, name, module, args, host=None):
+        """Runs `python -m module *args` as task `name` (on the lab's `host`, when given), in
+        a process group of its own, its output in log_path(name)."""
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), TF_CPP_MIN_LOG_LEVEL="2")
+        argv = [sys.executable, "-m", module, *args]
+        if host is not None:
+            argv = self.lab.command(host, argv)
+        with open(self.log_path(name), "w", encoding="utf-8") as log:
+            self.processes[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                                    env=env, start_new_session=True)
 
     def __exit__(self, *exc_info):
         self.stop()

@@ -4,6 +4,7 @@ pipeline's, bit for bit; with two, every example is served once an epoch (whole 
 worker) and no batch twice; a resumed input starts at the next whole epoch."""
 
 import collections
+import time
 import unittest
 
 import numpy as np
@@ -27,7 +28,7 @@ def start_service(workers):
     """(a dispatcher, its `workers` workers) on free loopback ports."""
     dispatcher = service.start_dispatcher(0)
     address = dispatcher.target.split("://")[1]
-    return dispatcher, [service.start_worker(address) for _ in range(workers)]
+    return dispatcher, [service.start_worker(address, "localhost") for _ in range(workers)]
 
 
 def read_batches(shards, count, service_input=None, position=0, examples=EXAMPLES):
@@ -99,6 +100,35 @@ class ServiceInputTest(unittest.TestCase):
                                     r"^--input_service=grpc://localhost:1: no dispatcher answers "
                                     r"there .*//inception:input_service -- --port=1`"):
             service.check_reachable("grpc://localhost:1")
+
+
+class ReachabilityTest(unittest.TestCase):
+    """What a trainer's watch asks (service.unreachable), of a dispatcher and a worker on
+    loopback ports: each lost in turn."""
+
+    def test_a_service_is_reachable_until_its_worker_then_its_dispatcher_is_gone(self):
+        dispatcher = service.start_dispatcher(0)
+        address = dispatcher.target
+        self.assertIsNone(service.unreachable(address, workers_required=False))
+        self.assertEqual(service.unreachable(address),
+                         "no worker is registered with its dispatcher")
+        worker = service.start_worker(address.split("://")[1], "localhost")
+        worker_address = f"localhost:{service.bound_port(worker)}"
+        for _ in range(100):  # until it registered
+            if service.registered_worker_addresses(address.split("://")[1], 5):
+                break
+            time.sleep(0.1)
+        self.assertEqual(service.registered_worker_addresses(address.split("://")[1], 5),
+                         [worker_address])
+        self.assertIsNone(service.unreachable(address))
+        worker.stop()  # the dispatcher still lists it: its port refuses
+        self.assertRegex(service.unreachable(address),
+                         rf"^none of its 1 worker\(s\) answers \({worker_address}: "
+                         r"Connection refused\)$")
+        dispatcher.stop()
+        self.assertRegex(service.unreachable(address),
+                         rf"^its dispatcher at localhost:{address.rpartition(':')[2]} does not "
+                         r"answer \(Connection refused\)$")
 
 
 if __name__ == "__main__":

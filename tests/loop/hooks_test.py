@@ -1,6 +1,9 @@
 """The plain WorkerHooks: the one-machine behaviour of every hook the training loop calls (a
-cluster worker's overrides: distributed/distributed_test)."""
+cluster worker's overrides: distributed/distributed_test); the watch on a step that waits
+(loop/liveness.py)."""
 
+import threading
+import time
 import unittest
 from unittest import mock
 
@@ -8,6 +11,7 @@ import tensorflow as tf
 from absl.testing import absltest
 
 from inception.loop import hooks as hooks_lib
+from inception.loop import liveness
 from tests import testing_utils
 
 tf1 = tf.compat.v1
@@ -89,6 +93,60 @@ class AgreeToStopTest(unittest.TestCase):
         for signal_number, early in ((None, False), (15, False), (None, True), (2, True)):
             self.assertEqual(hooks.agree_to_stop(signal_number, early),
                              signal_number is not None or early)
+
+
+class TimedWorkerHooksTest(unittest.TestCase):
+
+    def test_a_step_past_its_limit_raises_the_given_error(self):
+        """A step that waits for ever (a dequeue from an empty queue) ends after its limit
+        with make_error(step, limit): the first step of a start gets the extra seconds."""
+        with tf.Graph().as_default() as graph:
+            waits = tf1.FIFOQueue(1, tf.float32).dequeue()
+            with tf1.Session(graph=graph) as session:
+                hooks = hooks_lib.TimedWorkerHooks(
+                    0.2, 0.3, lambda step, waited: RuntimeError(f"{step}: {waited:g} s"))
+                started = time.monotonic()
+                with self.assertRaisesRegex(RuntimeError, r"^7: 0.5 s$"):
+                    hooks.run_step(session, waits, 7)
+                self.assertGreaterEqual(time.monotonic() - started, 0.5)
+                hooks.steps_run = 1
+                with self.assertRaisesRegex(RuntimeError, r"^8: 0.2 s$"):
+                    hooks.run_step(session, waits, 8)
+
+
+class StepWatchTest(unittest.TestCase):
+    """A watch probing every 0.05 s after 0.05 s, lost after 3 failures in a row."""
+
+    def watch(self, answers):
+        """(a StepWatch whose probe gives `answers` in turn, then None; the lines it ended
+        with; an Event set when it ended one)."""
+        answers, lines, lost = list(answers), [], threading.Event()
+
+        def on_lost(line):
+            lines.append(line)
+            lost.set()
+        probe = lambda: answers.pop(0) if answers else None  # pylint: disable=unnecessary-lambda-assignment
+        return liveness.StepWatch(probe, on_lost, after_secs=0.05, every_secs=0.05,
+                                    lost_after=3), lines, lost
+
+    def test_three_failures_in_a_row_end_the_step_with_the_last_reason(self):
+        watch, lines, lost = self.watch(["gone 1", "gone 2", "gone 3"])
+        with watch.around(lambda reason: f"lost: {reason}"):
+            self.assertTrue(lost.wait(10))
+        self.assertEqual(lines, ["lost: gone 3"])
+
+    def test_an_answer_between_failures_starts_the_count_again(self):
+        watch, lines, _ = self.watch(["gone", "gone", None, "gone", "gone", None, None])
+        with watch.around(lambda reason: reason):
+            time.sleep(0.8)  # all seven answers and more
+        self.assertEqual(lines, [])
+
+    def test_a_step_that_ends_is_not_probed_again(self):
+        watch, lines, _ = self.watch(["gone"] * 3)
+        with watch.around(lambda reason: reason):
+            pass  # ends before the first probe
+        time.sleep(0.4)
+        self.assertEqual(lines, [])
 
 
 if __name__ == "__main__":

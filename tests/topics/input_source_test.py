@@ -1,19 +1,27 @@
 """Where training's input comes from (config/sources.py): the tf.data service feeding a run
-(dispatcher and workers in this process), a lost service ending it in one line with its last
-checkpoint intact, a lost worker of two not stopping it, --synthetic_input and the refusals."""
+(dispatcher and workers in this process), a lost service ending the trainer (the real entry
+point) within a minute in one line with its last checkpoint intact, a lost worker of two not
+stopping it, --synthetic_input and the refusals."""
 
 import functools
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
 import time
 import unittest
-from unittest import mock
 
 import tensorflow as tf
 from absl.testing import absltest
 
+from inception.config import cluster as cluster_lib
 from inception.config import settings as settings_lib
 from inception.config import sources
 from inception.driver import launch
 from inception.inputs import service
+from inception.run.directory import SETTINGS_FILE
 from tests import testing_utils
 
 TINY = dict(**testing_utils.tiny_model(), batch_size=4, num_towers=2, seed=3,
@@ -44,7 +52,20 @@ def start_service(workers):
     """A tf.data service in this process: (its dispatcher, its `workers` workers)."""
     dispatcher = service.start_dispatcher(0)
     address = dispatcher.target.split("://")[1]
-    return dispatcher, [service.start_worker(address) for _ in range(workers)]
+    return dispatcher, [service.start_worker(address, "localhost") for _ in range(workers)]
+
+
+def wait_for_line(path, process, text, timeout):
+    """Waits until the file `path` that `process` writes holds `text`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with open(path, encoding="utf-8", errors="replace") as output:
+            if text in output.read():
+                return
+        if process.poll() is not None or time.monotonic() > deadline:
+            with open(path, encoding="utf-8", errors="replace") as output:
+                raise AssertionError(f"no {text!r} within {timeout} s:\n{output.read()[-3000:]}")
+        time.sleep(0.5)
 
 
 @functools.lru_cache(maxsize=None)
@@ -77,26 +98,43 @@ class InputServiceTrainingTest(unittest.TestCase):
         # The service's reads are timed like the local pipeline's (loop/feed_wait.py).
         self.assertTrue(any("input wait" in line for line in loss_lines(lines)), lines)
 
-    def test_a_lost_service_ends_training_in_one_line_and_keeps_the_checkpoint(self):
+    def test_a_lost_service_ends_training_within_a_minute_in_one_line(self):
+        """The real entry point with the default timeouts, its service's one worker stopped
+        after step 2 (the dispatcher still lists it): the step's watch finds no worker
+        answering and ends the run with the restart code, its last checkpoint intact."""
         dispatcher, workers = start_service(1)
+        self.addCleanup(dispatcher.stop)
         train_dir = testing_utils.temp_dir("service_lost")
-
-        def stop_at_step_2(line):
-            if "step 2, loss" in line:
-                for server in workers:
-                    server.stop()
-        started = time.monotonic()
-        with mock.patch.object(launch, "FIRST_STEP_EXTRA_SECS", 60):
-            with self.assertRaisesRegex(service.InputServiceError,
-                                        r"^training got no input from the tf.data service at "
-                                        r".* for 3 s after step \d+: its dispatcher or every "
-                                        r"worker is gone"):
-                try:
-                    train("service_lost", log=stop_at_step_2, max_steps=400, train_dir=train_dir,
-                          input_service=dispatcher.target, input_service_timeout_secs=3)
-                finally:
-                    dispatcher.stop()
-        self.assertLess(time.monotonic() - started, 240)
+        log_path = os.path.join(train_dir, "output.log")
+        flags = [f"--{name}={value}" for name, value in TINY.items()
+                 if name not in ("num_towers", "image_size", "depth_multiplier")]
+        flags += testing_utils.tiny_flags() + [
+            "--num_gpus=2", f"--train_dir={train_dir}", f"--data_dir={DATA.path}",
+            "--max_steps=100000", "--eval_every_n_steps=0",
+            f"--input_service={dispatcher.target}"]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), TF_CPP_MIN_LOG_LEVEL="2")
+        with open(log_path, "w", encoding="utf-8") as log, subprocess.Popen(
+                [sys.executable, "-m", "inception.train", *flags], stdout=log,
+                stderr=subprocess.STDOUT, env=env) as trainer:
+            self.addCleanup(trainer.kill)
+            wait_for_line(log_path, trainer, ": step 2, loss", timeout=480)
+            for worker in workers:
+                worker.stop()
+            stopped = time.monotonic()
+            code = trainer.wait(timeout=180)
+            waited = time.monotonic() - stopped
+            with open(log_path, encoding="utf-8") as output:
+                output = output.read()
+        self.assertEqual(code, cluster_lib.DEFAULT_RESTART_EXIT_CODE, output[-3000:])
+        # The watch's 3 probes 10 s apart after 10 s, plus a busy machine's delays.
+        self.assertLess(waited, 60, output[-3000:])
+        errors = [line for line in output.splitlines() if line.startswith("error: ")]
+        self.assertEqual(len(errors), 1, output[-3000:])
+        self.assertRegex(errors[0], rf"^error: training lost the tf.data service at "
+                                    rf"{re.escape(dispatcher.target)} after step \d+: none of "
+                                    r"its 1 worker\(s\) answers \(localhost:\d+: Connection "
+                                    r"refused\)\. Start the service again and rerun")
+        self.assertNotIn("Traceback", output)
         checkpoint = tf.train.latest_checkpoint(train_dir)
         self.assertIsNotNone(checkpoint)
         testing_utils.assert_finite_checkpoint(self, checkpoint)
@@ -106,15 +144,44 @@ class InputServiceTrainingTest(unittest.TestCase):
         self.assertEqual(result.step, 8)
 
 
+@functools.lru_cache(maxsize=None)
+def synthetic_run():
+    """6 steps on --synthetic_input, run once for the tests that read it (one copies its
+    directory before changing it): (TrainResult, log lines, train_dir)."""
+    return train("synthetic", synthetic_input=True, max_steps=6)
+
+
 class SyntheticInputTest(unittest.TestCase):
 
     def test_synthetic_input_trains_and_the_log_says_so(self):
-        result, lines, _ = train("synthetic", synthetic_input=True, max_steps=6)
+        result, lines, _ = synthetic_run()
         self.assertEqual(result.step, 6)
         self.assertTrue(any("input: synthetic" in line for line in lines), lines)
         # No input is read, so none is waited for: the loss lines say nothing of it.
         self.assertTrue(loss_lines(lines), lines)
         self.assertFalse([line for line in loss_lines(lines) if "input wait" in line], lines)
+
+    def test_a_run_directory_keeps_its_kind_of_input(self):
+        """Checkpoints trained on random input are not resumed on the data set's, nor the
+        reverse; each refusal leaves the directory as it was."""
+        train_dir = testing_utils.temp_dir("synthetic_kept")
+        shutil.copytree(synthetic_run()[2], train_dir, dirs_exist_ok=True)
+        settings_path = os.path.join(train_dir, SETTINGS_FILE)
+        with open(settings_path, encoding="utf-8") as stored:
+            written = stored.read()
+        self.assertIs(json.loads(written)["synthetic_input"], True)
+        with self.assertRaisesRegex(settings_lib.SettingsError,
+                                    rf"^--train_dir={train_dir} holds checkpoints trained with "
+                                    r"--synthetic_input \(random input, for timing\)"):
+            train("synthetic_kept", train_dir=train_dir, max_steps=4)
+        with open(settings_path, encoding="utf-8") as stored:
+            self.assertEqual(stored.read(), written)
+        with open(settings_path, "w", encoding="utf-8") as stored:  # as a real run writes it
+            stored.write(written.replace('"synthetic_input": true', '"synthetic_input": false'))
+        with self.assertRaisesRegex(settings_lib.SettingsError,
+                                    rf"^--synthetic_input: --train_dir={train_dir} holds "
+                                    r"checkpoints trained on the data set's images"):
+            train("synthetic_kept", train_dir=train_dir, synthetic_input=True, max_steps=4)
 
 
 class RefusalTest(unittest.TestCase):

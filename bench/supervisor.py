@@ -14,9 +14,9 @@ import sys
 import time
 
 from common.loopback import free_ports
-from inception.config import cluster as cluster_lib
+from inception.config import recovery
 
-RESTART_EXIT_CODE = cluster_lib.DEFAULT_RESTART_EXIT_CODE
+RESTART_EXIT_CODE = recovery.DEFAULT_RESTART_EXIT_CODE
 POLL_SECS = 0.1  # how often the supervisor looks at its tasks: the resolution of its times
 
 

@@ -25,6 +25,7 @@ from inception.config import commands
 from inception.config import flag_table
 from inception.config import help_texts
 from inception.config import plans
+from inception.config import recovery
 from inception.config import rules
 from inception.config import settings as settings_lib
 from inception.driver import entry
@@ -45,7 +46,7 @@ def cluster_from_flags():
     code, checked: a run alone exits with it on SIGTERM too)."""
     values = flag_table.values_of(FLAGS, cluster_lib.ClusterSettings,
                                   cluster_lib.CLUSTER_HELP)
-    cluster_lib.check_restart_exit_code(values["restart_exit_code"])
+    recovery.check_restart_exit_code(values["restart_exit_code"])
     return (cluster_lib.cluster_settings(**values, environment=os.environ),
             values["restart_exit_code"])
 
@@ -72,7 +73,7 @@ def checked_settings():
     try:
         cluster, restart_code = cluster_from_flags()
         signals.set_exit_status(signal.SIGTERM, restart_code)  # a preemption, in every phase
-        signals.set_stop_deadline(signal.SIGTERM, cluster_lib.SIGTERM_DEADLINE_SECS)
+        signals.set_stop_deadline(signal.SIGTERM, recovery.SIGTERM_DEADLINE_SECS)
         if cluster is not None and cluster.job_name == "ps":
             return None, cluster, None
         range_settings = commands.RangeTestSettings(

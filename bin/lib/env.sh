@@ -52,6 +52,20 @@ ensure_venv() {
 
 # After `bazel test`: one line per test target whose log says tests were skipped (unittest's
 # "OK (skipped=N)"), with the first reason given, so that no skip passes silently.
+# What the tests of a real scheduler need beside Python: Debian's Slurm and munge, installed as
+# root when missing (tests/slurm_lab.py runs its own daemons, with files of its own; nothing
+# here is started or configured). Without root the Slurm test reports itself skipped.
+ensure_test_tools() {
+  [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1 || return 0
+  command -v slurmctld >/dev/null 2>&1 && command -v munged >/dev/null 2>&1 && return 0
+  say "installing Debian's slurm-wlm and munge for the Slurm test (one time)..."
+  local install=(apt-get install -y -q --no-install-recommends slurm-wlm munge)
+  DEBIAN_FRONTEND=noninteractive "${install[@]}" >/dev/null 2>&1 \
+    || { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive "${install[@]}" \
+           >/dev/null 2>&1; } \
+    || say "could not install slurm-wlm and munge: the Slurm test will say so"
+}
+
 report_skipped_tests() {
   local logs="$repo_root/bazel-testlogs" log target count reason
   [[ -d $logs ]] || return 0

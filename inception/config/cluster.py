@@ -14,25 +14,10 @@ import dataclasses
 
 from common.field_flags import Flag
 from inception.config import environment as environment_lib
+from inception.config import recovery
 from inception.config.environment import ClusterConfigError
 
 JOBS = ("ps", "worker")
-# The exit status that asks a scheduler to start the run again (a preemption, a lost task):
-# Kubeflow's training operator reserves 138 (128 + SIGUSR1) for retryable user errors in its
-# ExitCode restart policy, which retries 130, 137, 143 and 138 alone and takes every other
-# status as permanent; a Kubernetes Job's podFailurePolicy (JobSet too) and a Slurm script can
-# be told any code. TensorFlow's own
-# preemption handler exits 42, which that policy would take as permanent.
-DEFAULT_RESTART_EXIT_CODE = 138
-# A training task still running this long after a SIGTERM (its step waits for a peer or its
-# input) ends itself with the restart code: within the 30 s that Kubernetes
-# (terminationGracePeriodSeconds) and Slurm (KillWait) give before SIGKILL, with 5 s to spare
-# for the exit. A task that stops on its own (its save included) is not cut short sooner.
-SIGTERM_DEADLINE_SECS = 25.0
-# Exit statuses that already mean something else (cli.fail, the flags parser, Ctrl-C).
-TAKEN_EXIT_CODES = {0: "success", 1: "an error", 2: "a bad flag", 130: "Ctrl-C"}
-
-
 @dataclasses.dataclass(frozen=True)
 class ClusterSettings:
     """One task of a cluster: its job and index and every task's `host:port`.
@@ -53,7 +38,7 @@ class ClusterSettings:
     num_replicas_to_aggregate: int = None
     startup_timeout_secs: float = 600.0
     step_timeout_secs: float = 600.0
-    restart_exit_code: int = DEFAULT_RESTART_EXIT_CODE
+    restart_exit_code: int = recovery.DEFAULT_RESTART_EXIT_CODE
     cluster_port: int = environment_lib.DEFAULT_PORT
 
     @property
@@ -144,18 +129,8 @@ class ClusterSettings:
         if self.startup_timeout_secs <= 0 or self.step_timeout_secs <= 0:
             raise ClusterConfigError("--startup_timeout_secs and --step_timeout_secs must be "
                                      "positive.")
-        check_restart_exit_code(self.restart_exit_code)
+        recovery.check_restart_exit_code(self.restart_exit_code)
         return self
-
-
-def check_restart_exit_code(code):
-    """Raises ClusterConfigError unless `code` can mean "start me again": 3 to 255, and not a
-    status that already means something else (TAKEN_EXIT_CODES)."""
-    if not 3 <= code <= 255 or code in TAKEN_EXIT_CODES:
-        taken = ", ".join(f"{value} ({meaning})" for value, meaning in TAKEN_EXIT_CODES.items())
-        raise ClusterConfigError(
-            f"--restart_exit_code={code}: use 3 to 255 but none of {taken}; the default "
-            f"{DEFAULT_RESTART_EXIT_CODE} is the one Kubeflow's ExitCode policy retries.")
 
 
 def cluster_settings(job_name, task_id, ps_hosts, worker_hosts, environment=None, **options):

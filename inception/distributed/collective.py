@@ -25,8 +25,9 @@ import time
 import tensorflow as tf
 
 from common import cli
+from inception.config.recovery import SHUTDOWN_TIMEOUT_SECS
+from inception.config.recovery import STOP_REASONS
 from inception.distributed.connections import ClusterError
-from inception.distributed.connections import SHUTDOWN_TIMEOUT_SECS
 from inception.distributed.connections import TaskLostError
 from inception.distributed.member import ClusterMember
 from inception.distributed.member import step_shape
@@ -39,8 +40,8 @@ from inception.parallel.devices import HOST_DEVICE
 from inception.parallel import sharing
 
 tf1 = tf.compat.v1
-# A worker's vote: one count per hooks_lib.STOP_REASONS, then its non-finite tower losses.
-STOP_REASONS = hooks_lib.STOP_REASONS
+# A worker's vote: one count per STOP_REASONS (config/recovery.py), then its non-finite tower
+# losses.
 
 CHIEF_DEVICE = "/job:worker/replica:0/task:0"
 

@@ -11,19 +11,11 @@ from common import cli
 from common import error_lines
 from inception.config.cluster import JOBS
 from inception.config.cluster import split_address
-from inception.loop.hooks import STOP_REASONS
+from inception.config.recovery import PROBE_CONNECT_TIMEOUT_SECS
+from inception.config.recovery import STOP_REASONS
 
 tf1 = tf.compat.v1
 
-PROBE_INTERVAL_SECS = 2.0
-PROBE_FAILURES = 3
-PROBE_CONNECT_TIMEOUT_SECS = 3.0
-SHUTDOWN_TIMEOUT_SECS = 10.0
-STUCK_GRACE_SECS = 30.0
-# A killed task's connections can break a moment before its listening port closes (the kernel
-# closes a dead process's sockets one by one), so a probe right after the error may still see it.
-LOST_TASK_SETTLE_SECS = 5.0
-PS_SIGNAL_GRACE_SECS = 60.0
 CONNECTION_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError,
                      tf.errors.CancelledError, tf.errors.DeadlineExceededError,
                      tf.errors.OutOfRangeError)

@@ -14,10 +14,10 @@ import tensorflow as tf
 from common import cli
 from common import error_lines
 from inception.config.cluster import ClusterConfigError
+from inception.config.recovery import LOST_TASK_SETTLE_SECS
+from inception.config.recovery import PROBE_INTERVAL_SECS
+from inception.config.recovery import SHUTDOWN_TIMEOUT_SECS
 from inception.distributed.connections import is_reachable
-from inception.distributed.connections import LOST_TASK_SETTLE_SECS
-from inception.distributed.connections import PROBE_INTERVAL_SECS
-from inception.distributed.connections import SHUTDOWN_TIMEOUT_SECS
 from inception.distributed.connections import start_server
 from inception.distributed.connections import TaskLostError
 from inception.distributed.connections import task_device

@@ -7,18 +7,18 @@ import time
 import tensorflow as tf
 
 from common import cli
+from inception.config.recovery import first_signal
+from inception.config.recovery import PROBE_FAILURES
+from inception.config.recovery import PROBE_INTERVAL_SECS
+from inception.config.recovery import PS_SIGNAL_GRACE_SECS
 from inception.distributed.connections import done_queue
 from inception.distributed.connections import is_reachable
-from inception.distributed.connections import PROBE_FAILURES
-from inception.distributed.connections import PROBE_INTERVAL_SECS
 from inception.distributed.connections import ps_device
-from inception.distributed.connections import PS_SIGNAL_GRACE_SECS
 from inception.distributed.connections import read_done_message
 from inception.distributed.connections import start_server
 from inception.distributed.connections import stop_flags
 from inception.distributed.connections import task_device
 from inception.distributed.connections import TaskLostError
-from inception.loop.hooks import first_signal
 from inception.loop.hooks import run_options
 from inception.loop.stop_request import StopRequest
 

@@ -8,7 +8,7 @@ TensorFlow), so it runs on a thread of its own and calls `on_stuck`, which ends 
 import contextlib
 import threading
 
-STUCK_GRACE_SECS = 30.0
+from inception.config.recovery import STUCK_GRACE_SECS
 
 
 class Watchdog:

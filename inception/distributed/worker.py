@@ -19,18 +19,17 @@ import time
 import tensorflow as tf
 
 from common import cli
+from inception.config import recovery
 from common import error_lines
 from inception.distributed.connections import ClusterError
 from inception.distributed.connections import CHIEF_SHAPE_NAME
 from inception.distributed.connections import CONNECTION_ERRORS
 from inception.distributed.connections import done_message
 from inception.distributed.connections import done_queue
-from inception.distributed.connections import PROBE_INTERVAL_SECS
 from inception.distributed.connections import ps_device
 from inception.distributed.connections import ps_flag
 from inception.distributed.connections import READY_FLAG_NAME
 from inception.distributed.connections import reasons_set
-from inception.distributed.connections import SHUTDOWN_TIMEOUT_SECS
 from inception.distributed.connections import stop_flags
 from inception.distributed.connections import TaskLostError
 from inception.distributed.connections import unreachable_tasks
@@ -142,7 +141,7 @@ class ClusterWorker(ClusterMember):
         while True:
             session = tf1.Session(self._server.target, graph=graph, config=config)
             try:
-                limit = PROBE_INTERVAL_SECS * 5
+                limit = recovery.PROBE_INTERVAL_SECS * 5
                 with self._watchdog.around(limit, "connecting"):
                     session.run(self._ops["ping"], options=hooks_lib.run_options(limit))
                 return self._closing(session)
@@ -150,7 +149,7 @@ class ClusterWorker(ClusterMember):
                 session.close()
                 if time.time() > deadline:
                     raise self._parameter_servers_late() from None
-                time.sleep(PROBE_INTERVAL_SECS / 2)
+                time.sleep(recovery.PROBE_INTERVAL_SECS / 2)
 
     def _wait_for_parameter_servers(self, deadline):
         self._wait_for_tasks("ps", deadline, self._parameter_servers_late)
@@ -168,17 +167,18 @@ class ClusterWorker(ClusterMember):
         self._log(cli.timestamped(f"{self.cluster.describe()}: waiting for the chief "
                                            f"(worker 0 at {self.cluster.worker_hosts[0]}) to "
                                            "initialize the model"))
-        while not self._run("is_ready", session, PROBE_INTERVAL_SECS * 5,
+        while not self._run("is_ready", session, recovery.PROBE_INTERVAL_SECS * 5,
                             "waiting for the chief"):
             if time.time() > deadline:
                 raise TaskLostError(
                     f"the chief (worker 0 at {self.cluster.worker_hosts[0]}) did not "
                     f"initialize the model within {self.cluster.startup_timeout_secs:g} s; "
                     "start it (same --ps_hosts/--worker_hosts) or raise --startup_timeout_secs.")
-            time.sleep(PROBE_INTERVAL_SECS / 2)
-        self.check_step_shape(self._train_graph, self._run("chief_shape", session,
-                                                           SHUTDOWN_TIMEOUT_SECS, "starting"))
-        return int(self._run("global_step", session, SHUTDOWN_TIMEOUT_SECS, "starting"))
+            time.sleep(recovery.PROBE_INTERVAL_SECS / 2)
+        timeout = recovery.SHUTDOWN_TIMEOUT_SECS
+        self.check_step_shape(self._train_graph,
+                              self._run("chief_shape", session, timeout, "starting"))
+        return int(self._run("global_step", session, timeout, "starting"))
 
     def begin(self, session):
         """Chief: prepares the gradient accumulators, starts applying updates, then lets the
@@ -232,14 +232,14 @@ class ClusterWorker(ClusterMember):
                 raise self.explain(error, where) from None
             if self._try_run("tokens_closed", session):
                 raise hooks_lib.PeerStopped.for_reasons(
-                    int(self._run("global_step", session, SHUTDOWN_TIMEOUT_SECS, where)),
+                    int(self._run("global_step", session, recovery.SHUTDOWN_TIMEOUT_SECS, where)),
                     reasons_set(self._try_run("stop_flags", session) or {})) from None
             raise
         except tf.errors.OpError as error:
             raise self.explain(error, where, timeout) from None
         self._steps_run += 1
-        step = int(self._run("global_step", session, SHUTDOWN_TIMEOUT_SECS, where))
-        if hooks_lib.first_signal(reasons_set(flags_set)) and self._stop_reason is None:
+        step = int(self._run("global_step", session, recovery.SHUTDOWN_TIMEOUT_SECS, where))
+        if recovery.first_signal(reasons_set(flags_set)) and self._stop_reason is None:
             raise hooks_lib.PeerStopped.for_reasons(step, reasons_set(flags_set))
         return out, step
 

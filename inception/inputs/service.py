@@ -35,10 +35,10 @@ from google.protobuf import descriptor_pool
 from google.protobuf import message_factory
 
 from common import cli
+from inception.config import recovery
 from inception.config import sources
 
 PROCESSING_MODE = "distributed_epoch"
-REACHABLE_TIMEOUT_SECS = 5.0
 _SIOCGIFADDR = 0x8915  # Linux ioctl: an interface's IPv4 address
 # What TensorFlow's tf.data service servers listen on: every interface (their configs take a
 # port but no address to bind).
@@ -84,7 +84,7 @@ class ServiceInput:
                 f"(its workers read, decode and batch whole epochs; reading from {start})")
 
 
-def check_reachable(address, timeout_secs=REACHABLE_TIMEOUT_SECS):
+def check_reachable(address, timeout_secs=recovery.SERVICE_PROBE_TIMEOUT_SECS):
     """Raises InputServiceError when nothing accepts connections at `address`."""
     host, port = sources.service_host_port(address)
     try:
@@ -96,7 +96,8 @@ def check_reachable(address, timeout_secs=REACHABLE_TIMEOUT_SECS):
             f"{host}, or fix the address.") from None
 
 
-def unreachable(address, timeout_secs=REACHABLE_TIMEOUT_SECS, workers_required=True):
+def unreachable(address, timeout_secs=recovery.SERVICE_PROBE_TIMEOUT_SECS,
+                workers_required=True):
     """Why the tf.data service at `address` (grpc://host:port) cannot serve a trainer now, or
     None: its dispatcher does not accept connections, or none of the workers registered with
     it does (the dispatcher lists a lost worker for minutes); with `workers_required` False

@@ -2,25 +2,12 @@
 one-machine behaviour, which a cluster worker (distributed/worker.py) overrides."""
 
 import contextlib
-import signal
 
 import tensorflow as tf
 
+from inception.config import recovery
+
 tf1 = tf.compat.v1
-# Why a task of a cluster stops before the run's end, as the tasks tell each other: a signal
-# (SIGTERM: a preemption) or the chief's early stopping.
-STOP_REASONS = (signal.SIGINT, signal.SIGTERM, "early")
-
-
-def first_signal(reasons):
-    """The signal among the stop `reasons` that decides how every task ends: SIGTERM (a
-    preemption, the restart code) before SIGINT; None when neither is there."""
-    for number in (signal.SIGTERM, signal.SIGINT):
-        if number in reasons:
-            return number
-    return None
-
-
 def run_options(timeout_secs=None, metadata=None):
     """RunOptions for a session call: ended after `timeout_secs` (None: no limit), traced when
     `metadata` (a RunMetadata, to pass as the call's run_metadata too) is given."""
@@ -48,7 +35,7 @@ class PeerStopped(Exception):
     def for_reasons(cls, step, reasons):
         """PeerStopped at `step` for the STOP_REASONS the other tasks gave (first_signal wins;
         early stopping only when no signal came)."""
-        number = first_signal(reasons)
+        number = recovery.first_signal(reasons)
         return cls(step, early=number is None and "early" in reasons, signal_number=number)
 
 

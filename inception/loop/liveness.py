@@ -14,19 +14,17 @@ but reachable service or peer is left to the step's own timeout.
 import contextlib
 import threading
 
-PROBE_AFTER_SECS = 10.0
-PROBE_EVERY_SECS = 10.0
-# Three answers 10 s apart: a loss is declared 30 s into a step (plus the probes' own
-# connection timeouts), well within the minute a user should wait for one line.
-LOST_AFTER_PROBES = 3
+from inception.config import recovery
+
 
 
 class StepWatch:
     """`around(describe)`: a context manager around one step; `describe(reason)` makes the line
     that `on_lost` gets."""
 
-    def __init__(self, probe, on_lost, after_secs=PROBE_AFTER_SECS,
-                 every_secs=PROBE_EVERY_SECS, lost_after=LOST_AFTER_PROBES):
+    def __init__(self, probe, on_lost, after_secs=recovery.STEP_PROBE_AFTER_SECS,
+                 every_secs=recovery.STEP_PROBE_EVERY_SECS,
+                 lost_after=recovery.STEP_LOST_AFTER_PROBES):
         self._probe, self._on_lost = probe, on_lost
         self._after_secs, self._every_secs, self._lost_after = after_secs, every_secs, lost_after
 

@@ -6,6 +6,7 @@ import unittest
 from absl.testing import absltest
 
 from inception.config import cluster as cluster_lib
+from inception.config import recovery
 
 
 class ClusterSettingsTest(unittest.TestCase):
@@ -63,9 +64,9 @@ class ClusterSettingsTest(unittest.TestCase):
         self.assertEqual(self.settings(restart_exit_code=42).restart_exit_code, 42)
         # 138 is what Kubeflow's ExitCode policy retries; any code the table gives a meaning
         # to is refused.
-        for code in cluster_lib.TAKEN_EXIT_CODES:
+        for code in recovery.TAKEN_EXIT_CODES:
             with self.assertRaises(cluster_lib.ClusterConfigError):
-                cluster_lib.check_restart_exit_code(code)
+                recovery.check_restart_exit_code(code)
 
 
 class TfConfigTest(unittest.TestCase):

@@ -16,12 +16,13 @@ from absl.testing import absltest
 
 from inception import train  # defines the trainer's flags  # pylint: disable=unused-import
 from inception.config import cluster as cluster_lib
+from inception.config import recovery
 
 DEPLOY = os.path.join(os.path.dirname(__file__), "..", "..", "deploy")
 # The exit statuses Kubeflow's training operator retries under restartPolicy ExitCode
 # (pkg/util/train/train_util.go: IsRetryableExitCode); everything else is permanent.
 KUBEFLOW_RETRYABLE = {130, 137, 143, 138}
-RESTART = cluster_lib.DEFAULT_RESTART_EXIT_CODE
+RESTART = recovery.DEFAULT_RESTART_EXIT_CODE
 # The label each controller puts on its job's pods, valued with the job's name: JobSet v0.12.0
 # (pkg/controllers/jobset_controller.go, labelAndAnnotateObject) and Kubeflow's training
 # operator v1.9.0 (pkg/controller.v1/common/job_controller.go, GenLabels).

@@ -2,8 +2,8 @@
 
 In one process (two servers on 127.0.0.1, a session each): 2 workers x 2 towers against one
 process with 4 towers and the variables on one device, an independent computation. As
-subprocesses of the real entry point (local_cluster.py): a normal run, a signal that stops
-every worker at the same step, a resume from the chief's checkpoint, and a killed worker.
+subprocesses of the real entry point (local_cluster.py): a killed worker (a signal, a blip
+and a partition, each followed by a resume, run on hosts of their own: hosts_test.py).
 """
 
 import functools
@@ -35,7 +35,6 @@ from tests.distributed import local_cluster
 from tests.distributed.local_cluster import error_lines
 from tests.distributed.local_cluster import RESTART_EXIT_CODE
 from tests.distributed.local_cluster import RUN_TIMEOUT_SECS
-from tests.distributed.local_cluster import step_lines
 
 tf1 = tf.compat.v1
 
@@ -328,47 +327,6 @@ def collective_cluster(train_dir, max_steps, extra_flags=(), num_towers=2):
 
 
 class CollectiveClusterRunTest(unittest.TestCase):
-
-    def test_a_signal_then_a_resume_is_the_run_never_stopped(self):
-        """The stopped and resumed cluster train without validation; the run never stopped
-        validates at its end as the demo does by default, which changes no variable."""
-        train_dir = testing_utils.temp_dir("collective_train")
-        with collective_cluster(train_dir, max_steps=100_000, extra_flags=LEAN_SEEDED) as cluster:
-            codes, outputs = local_cluster.stop_worker_1_by_signal(cluster, RUN_TIMEOUT_SECS)
-        self.assertEqual(codes, {"worker0": RESTART_EXIT_CODE, "worker1": RESTART_EXIT_CODE},
-                         outputs)
-        self.assertIn("sent the model to the other worker(s)", outputs["worker0"])
-        self.assertIn("all-reduce over the collective ring across 2 workers", outputs["worker0"])
-        step, saved = local_cluster.chief_saved_after_peer_stop(self, outputs["worker0"],
-                                                                train_dir)
-        # Both ran every step to the one the chief saved: the signalled worker logged its
-        # last, the chief learnt from it that the others stop (and logs no line for it).
-        self.assertEqual([number for number, _ in step_lines(outputs["worker1"])],
-                         list(range(1, step + 1)), outputs["worker1"])
-        self.assertEqual([number for number, _ in step_lines(outputs["worker0"])],
-                         list(range(1, step)), outputs["worker0"])
-        names = tf.train.load_checkpoint(saved).get_variable_to_dtype_map()
-        self.assertFalse([name for name in names if name.startswith(copies_lib.COPY_PREFIX)])
-
-        with collective_cluster(train_dir, max_steps=step + 2, extra_flags=LEAN_SEEDED) as cluster:
-            codes = cluster.wait_all(list(cluster.processes), RUN_TIMEOUT_SECS)
-            outputs = {name: cluster.output(name) for name in cluster.processes}
-        self.assertEqual(codes, {"worker0": 0, "worker1": 0}, outputs)
-        self.assertIn(f"resumed from {saved} (step {step})", outputs["worker0"])
-        for name, output in outputs.items():
-            self.assertNotIn("Traceback", output, name)
-            self.assertEqual(error_lines(output), [], name)
-            self.assertEqual([number for number, _ in step_lines(output)],
-                             [step + 1, step + 2], output)
-        latest = RunDirectory(train_dir).newest()
-        self.assertEqual(int(tf.train.load_checkpoint(latest).get_tensor("global_step")),
-                         step + 2)
-        # The stopped and resumed cluster wrote what a cluster never stopped writes.
-        straight_dir = testing_utils.temp_dir("collective_straight")
-        with collective_cluster(straight_dir, max_steps=step + 2, extra_flags=SEEDED) as cluster:
-            codes = cluster.wait_all(list(cluster.processes), RUN_TIMEOUT_SECS)
-        self.assertEqual(codes, {"worker0": 0, "worker1": 0})
-        local_cluster.assert_same_checkpoints(self, train_dir, straight_dir)
 
     def test_a_killed_worker_stops_the_other_with_one_line(self):
         """One tower per worker and no validation: what is tested is how the tasks stop."""

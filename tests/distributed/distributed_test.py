@@ -1,6 +1,8 @@
-"""Training on a cluster on 127.0.0.1: one parameter server and two workers with two towers
-each, as subprocesses of the real entry point (local_cluster.py); a normal run, a worker killed
-mid-run, one stopped by a signal and one stopped early by the chief's validation."""
+"""Training on a cluster of one parameter server and two workers with two towers each, as
+subprocesses of the real entry point (local_cluster.py): on hosts of their own, a worker
+stopped by a signal, then a partition of the network, each followed by a resume that ends as a
+plain run; on 127.0.0.1, a worker killed mid-run and one stopped early by the chief's
+validation."""
 
 import json
 import os
@@ -21,6 +23,7 @@ from inception.distributed import worker as worker_lib
 from inception.driver import launch
 from inception.run.directory import RunDirectory
 from inception.run.directory import SETTINGS_FILE
+from tests import lab as lab_lib
 from tests import testing_utils
 from tests.distributed import local_cluster
 from tests.distributed.local_cluster import error_lines
@@ -38,11 +41,11 @@ DATA = testing_utils.DemoData(train=24, validation=10)
 
 
 # pylint: disable-next=invalid-name
-def LocalCluster(train_dir, max_steps, extra_flags=(), num_towers=2):
+def LocalCluster(train_dir, max_steps, extra_flags=(), num_towers=2, lab=None):
     """The cluster of these tests: one parameter server and two workers of `num_towers`
-    towers."""
+    towers, on 127.0.0.1 or each on a host of `lab`."""
     return local_cluster.LocalCluster(DATA.path, train_dir, max_steps, num_ps=1,
-                                      extra_flags=extra_flags, num_towers=num_towers)
+                                      extra_flags=extra_flags, num_towers=num_towers, lab=lab)
 
 
 def assert_plain_run(test, codes, outputs, train_dir, last_step):
@@ -86,14 +89,23 @@ def assert_plain_run(test, codes, outputs, train_dir, last_step):
 
 class ClusterRunTest(unittest.TestCase):
 
-    def test_a_signal_stops_every_task_and_the_resumed_run_is_a_plain_run_never_stopped(self):
-        """Three clusters: one stopped by a SIGTERM to a worker, the same resumed for two more
-        steps, and a plain run of as many steps from scratch, with the demo's default
+    def test_a_signal_and_a_partition_stop_every_task_and_the_resumed_run_is_a_plain_run(self):
+        """Each task on a host of its own (tests/lab.py): a cluster stopped by a SIGTERM to a
+        worker; the same resumed, worker 1's host cut off for a few seconds (survived), then
+        for good (every task ends with the restart code, in time); the same resumed for two
+        more steps; and a plain run of as many steps from scratch, with the demo's default
         validation and two towers per worker, which assert_plain_run checks as a run from
         start to end (the tests' one such run of a parameter-server cluster)."""
+        lab_lib.skip_without_lab(self)
+        with lab_lib.Lab(3) as lab:
+            self.stop_cut_and_resume(lab)
+
+    def stop_cut_and_resume(self, lab):
+        """The test above on `lab`'s hosts."""
         train_dir = testing_utils.temp_dir("cluster_signal")
         stopped_flags = SEEDED + local_cluster.NO_VALIDATION
-        with LocalCluster(train_dir, max_steps=100_000, extra_flags=stopped_flags) as cluster:
+        with LocalCluster(train_dir, max_steps=100_000, extra_flags=stopped_flags,
+                          lab=lab) as cluster:
             codes, outputs = local_cluster.stop_worker_1_by_signal(cluster,
                                                                    LOST_WORKER_BOUND_SECS)
         # A preemption: every task exits with the restart code, the parameter server too.
@@ -103,7 +115,15 @@ class ClusterRunTest(unittest.TestCase):
         step, _ = local_cluster.chief_saved_after_peer_stop(self, outputs["worker0"], train_dir)
         self.assertEqual(step_lines(outputs["worker1"])[-1][0], step)
 
-        with LocalCluster(train_dir, max_steps=step + 2, extra_flags=stopped_flags) as cluster:
+        with LocalCluster(train_dir, max_steps=100_000, lab=lab,
+                          extra_flags=stopped_flags + local_cluster.DEFAULT_STEP_TIMEOUT,
+                          ) as cluster:
+            codes, outputs, _ = local_cluster.survive_a_blip_then_cut_off(cluster, "worker1")
+        local_cluster.check_partition_ended(self, cluster, "worker1", codes, outputs)
+        lab.mend(cluster.hosts["worker1"])
+
+        with LocalCluster(train_dir, max_steps=step + 2, extra_flags=stopped_flags,
+                          lab=lab) as cluster:
             codes = cluster.wait_all(list(cluster.processes), RUN_TIMEOUT_SECS)
         self.assertEqual(codes, {"ps0": 0, "worker0": 0, "worker1": 0})
         straight_dir = testing_utils.temp_dir("cluster_straight")

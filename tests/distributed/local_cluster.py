@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from common.loopback import free_ports
 from inception.config import cluster as cluster_lib
+from inception.config import recovery
 from inception.run.directory import RunDirectory
 from tests import testing_utils
 
@@ -25,10 +26,20 @@ STEP_TIMEOUT_SECS = 60
 RUN_TIMEOUT_SECS = 480
 # The port of every task on a lab host (each host has its own ports).
 TASK_PORT = 2222
+# A cut of a host's network shorter than the step watch's span of failed probes
+# (loop/liveness.py: 10 s, then 3 probes 10 s apart), which training survives: TCP's
+# retransmissions carry the step on within seconds of the mend.
+BLIP_SECS = 5
+# What a partition may take to end every task with the default timeouts: the step watch's
+# 30-40 s (a parameter server's own probes: about 15 s), a busy machine's margin on top.
+PARTITION_BOUND_SECS = 150
 # What every task exits with when a task was preempted or lost (the flag's default).
-RESTART_EXIT_CODE = cluster_lib.DEFAULT_RESTART_EXIT_CODE
+RESTART_EXIT_CODE = recovery.DEFAULT_RESTART_EXIT_CODE
 TINY = ("--dataset=demo", *testing_utils.tiny_flags(aux_head=True), "--batch_size=4",
         "--log_every_n_steps=1", "--save_summaries_steps=1", "--save_checkpoint_steps=100")
+# The flag's own default, where a test shows what a user gets (the tests' STEP_TIMEOUT_SECS
+# would end a partitioned step sooner than the step watch).
+DEFAULT_STEP_TIMEOUT = (f"--step_timeout_secs={cluster_lib.ClusterSettings.step_timeout_secs:g}",)
 # For runs that do not test validation: the demo's default validates every 350 steps and at
 # the end, and the chief builds its evaluation graph (another Inception) before its first step.
 NO_VALIDATION = ("--eval_every_n_steps=0",)
@@ -141,6 +152,40 @@ def stop_worker_1_by_signal(cluster, timeout):
     cluster.processes["worker1"].send_signal(signal.SIGTERM)
     codes = cluster.wait_all(list(cluster.processes), timeout)
     return codes, {name: cluster.output(name) for name in cluster.processes}
+
+
+def survive_a_blip_then_cut_off(cluster, name):
+    """On a cluster of a lab: cuts task `name`'s host off the network for BLIP_SECS once it
+    logged a step, waits until it logged two more (training survived the blip), then cuts it
+    off for good; returns ({task: exit status}, {task: output}, seconds from the cut to the
+    last task's end), failing the test if that exceeds PARTITION_BOUND_SECS."""
+    host = cluster.hosts[name]
+    cluster.wait_for_output(name, r": step \d+, loss", RUN_TIMEOUT_SECS)
+    cluster.lab.cut(host)
+    time.sleep(BLIP_SECS)
+    cluster.lab.mend(host)
+    last = step_lines(cluster.output(name))[-1][0]
+    cluster.wait_for_output(name, rf": step {last + 2}, loss", RUN_TIMEOUT_SECS)
+    cluster.lab.cut(host)
+    cut_at = time.monotonic()
+    codes = cluster.wait_all(list(cluster.processes), PARTITION_BOUND_SECS)
+    seconds = time.monotonic() - cut_at
+    print(f"{name}'s host cut off: every task ended {seconds:.1f} s later")
+    return codes, {task: cluster.output(task) for task in cluster.processes}, seconds
+
+
+def check_partition_ended(test, cluster, name, codes, outputs):
+    """Checks with `test` that every task of `cluster` ended with the restart code and one
+    error line, and that task `name`, cut off, named every other task as not answering."""
+    test.assertEqual(codes, {task: RESTART_EXIT_CODE for task in cluster.processes}, outputs)
+    for task, output in outputs.items():
+        test.assertNotIn("Traceback", output, task)
+        test.assertEqual(len(error_lines(output)), 1, output)
+    line = error_lines(outputs[name])[0]
+    test.assertIn("lost contact with the cluster (not answering now: ", line)
+    for task, address in cluster.addresses.items():
+        if task != name:
+            test.assertIn(f"{task[:-1]} {task[-1]} at {address}", line)
 
 
 def chief_saved_after_peer_stop(test, chief_output, train_dir):

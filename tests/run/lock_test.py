@@ -15,7 +15,7 @@ import unittest
 
 from absl.testing import absltest
 
-from inception.config import cluster as cluster_lib
+from inception.config import recovery
 from inception.run import lock
 from inception.run.lock import exclusive_run
 from inception.run.lock import RunLockError
@@ -97,7 +97,7 @@ class RunLockTest(unittest.TestCase):
                  "--job_name=worker", "--task_id=0",
                  "--worker_hosts=localhost:1,localhost:2", *testing_utils.tiny_flags()],
                 capture_output=True, text=True, timeout=240, env=env(), check=False)
-        self.assertEqual(chief.returncode, cluster_lib.DEFAULT_RESTART_EXIT_CODE,
+        self.assertEqual(chief.returncode, recovery.DEFAULT_RESTART_EXIT_CODE,
                          chief.stderr[-2000:])
         errors = [line for line in chief.stderr.splitlines() if line.startswith("error: ")]
         self.assertEqual(len(errors), 1, chief.stderr[-2000:])
@@ -178,7 +178,7 @@ class RunLockTest(unittest.TestCase):
         train_dir = testing_utils.temp_dir("lock_renew")
         path = os.path.join(train_dir, lock.LOCK_FILE)
         past = time.time() - 1000
-        with exclusive_run(train_dir, renew_secs=0.05) as lease:
+        with exclusive_run(train_dir, renew_secs=0.05):
             os.utime(path, (past, past))
             self.assertTrue(wait_for(lambda: os.stat(path).st_mtime > past + 900))
             self.assertLess(abs(lock.file_server_time(train_dir) - os.stat(path).st_mtime), 5)
@@ -240,7 +240,7 @@ class RunLockTest(unittest.TestCase):
             first.send_signal(signal.SIGTERM)
             first.wait(timeout=120)
             # SIGTERM is a preemption: the restart code.
-            self.assertEqual(first.returncode, cluster_lib.DEFAULT_RESTART_EXIT_CODE)
+            self.assertEqual(first.returncode, recovery.DEFAULT_RESTART_EXIT_CODE)
         finally:
             if first.poll() is None:
                 first.kill()

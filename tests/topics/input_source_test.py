@@ -16,7 +16,7 @@ import unittest
 import tensorflow as tf
 from absl.testing import absltest
 
-from inception.config import cluster as cluster_lib
+from inception.config import recovery
 from inception.config import settings as settings_lib
 from inception.config import sources
 from inception.driver import launch
@@ -125,7 +125,7 @@ class InputServiceTrainingTest(unittest.TestCase):
             waited = time.monotonic() - stopped
             with open(log_path, encoding="utf-8") as output:
                 output = output.read()
-        self.assertEqual(code, cluster_lib.DEFAULT_RESTART_EXIT_CODE, output[-3000:])
+        self.assertEqual(code, recovery.DEFAULT_RESTART_EXIT_CODE, output[-3000:])
         # The watch's 3 probes 10 s apart after 10 s, plus a busy machine's delays.
         self.assertLess(waited, 60, output[-3000:])
         errors = [line for line in output.splitlines() if line.startswith("error: ")]

@@ -15,7 +15,7 @@ import unittest
 
 from absl.testing import absltest
 
-from inception.config import cluster as cluster_lib
+from inception.config import recovery
 from tests import testing_utils
 
 # Runs `module` as the entry point after wrapping `target` (module:attribute) so that it first
@@ -73,7 +73,7 @@ def status_of(signum, module):
     """The exit status `module`'s process ends with after `signum`: 128 + it, except training's
     SIGTERM, which asks a scheduler for a restart."""
     if module == "inception.train" and signum == signal.SIGTERM:
-        return cluster_lib.DEFAULT_RESTART_EXIT_CODE
+        return recovery.DEFAULT_RESTART_EXIT_CODE
     return 128 + signum
 
 
@@ -161,7 +161,7 @@ class LoopPhaseTest(unittest.TestCase):
             path=sys.path, argv=train_argv(train_dir, max_steps=10**6),
             target="inception.loop.hooks:WorkerHooks.run_step", signum=int(signal.SIGTERM),
             module="inception.train"))
-        self.assertEqual(code, cluster_lib.DEFAULT_RESTART_EXIT_CODE, stderr[-2000:])
+        self.assertEqual(code, recovery.DEFAULT_RESTART_EXIT_CODE, stderr[-2000:])
         self.assertIn("SIGTERM received: saving a checkpoint after this step and stopping",
                       stdout)
         self.assertIn("stopped by SIGTERM at step 1; run the same command to resume.", stdout)

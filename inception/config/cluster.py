@@ -18,6 +18,8 @@ from inception.config import recovery
 from inception.config.environment import ClusterConfigError
 
 JOBS = ("ps", "worker")
+
+
 @dataclasses.dataclass(frozen=True)
 class ClusterSettings:
     """One task of a cluster: its job and index and every task's `host:port`.

@@ -8,6 +8,8 @@ import tensorflow as tf
 from inception.config import recovery
 
 tf1 = tf.compat.v1
+
+
 def run_options(timeout_secs=None, metadata=None):
     """RunOptions for a session call: ended after `timeout_secs` (None: no limit), traced when
     `metadata` (a RunMetadata, to pass as the call's run_metadata too) is given."""

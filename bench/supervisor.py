@@ -1,6 +1,7 @@
-"""A loopback cluster of `python -m inception.train` tasks, and a supervisor that starts every
-task again whenever one exits with the restart code, as a scheduler told that the code is
-retryable does (a JobSet's failure policy, Kubeflow's ExitCode policy, deploy/slurm's loop).
+"""A cluster of `python -m inception.train` tasks, on 127.0.0.1 or each on a host of its own
+(a lab of network namespaces, tests/lab.py), and a supervisor that starts every task again
+whenever one exits with the restart code, as a scheduler told that the code is retryable does
+(a JobSet's failure policy, Kubeflow's ExitCode policy, deploy/slurm's loop).
 
 A test and benchmark tool (bench/chaos.py), not a product scheduler: it runs on one machine,
 keeps no state of its own beyond the tasks' logs, and gives up after a fixed number of restarts.
@@ -18,17 +19,26 @@ from inception.config import recovery
 
 RESTART_EXIT_CODE = recovery.DEFAULT_RESTART_EXIT_CODE
 POLL_SECS = 0.1  # how often the supervisor looks at its tasks: the resolution of its times
+LAB_PORT = 2222  # every task's port on a host of its own
 
 
-class LoopbackCluster:
-    """`num_workers` workers (and `num_ps` parameter servers) on 127.0.0.1, each started with
-    `flags` and its own cluster flags; each task's output goes to `<log_dir>/<task>.log`,
-    every start of it appended."""
+class TaskCluster:
+    """`num_workers` workers (and `num_ps` parameter servers), each started with `flags` and
+    its own cluster flags: on 127.0.0.1, or with `lab` (a running tests/lab.Lab of at least as
+    many hosts) each on a host of its own, parameter servers first, at LAB_PORT. Each task's
+    output goes to `<log_dir>/<task>.log`, every start of it appended."""
 
-    def __init__(self, num_workers, num_ps, flags, log_dir):
-        ports = free_ports(num_ps + num_workers)
-        self.ps_hosts = [f"127.0.0.1:{port}" for port in ports[:num_ps]]
-        self.worker_hosts = [f"127.0.0.1:{port}" for port in ports[num_ps:]]
+    def __init__(self, num_workers, num_ps, flags, log_dir, lab=None):
+        self.lab = lab
+        if lab is None:
+            addresses = [f"127.0.0.1:{port}" for port in free_ports(num_ps + num_workers)]
+        else:
+            addresses = [f"{lab.address(host)}:{LAB_PORT}"
+                         for host in range(1, num_ps + num_workers + 1)]
+        self.ps_hosts, self.worker_hosts = addresses[:num_ps], addresses[num_ps:]
+        self.hosts = {name: host for host, name in enumerate(
+            [f"ps{task}" for task in range(num_ps)]
+            + [f"worker{task}" for task in range(num_workers)], start=1)}
         cluster = [f"--worker_hosts={','.join(self.worker_hosts)}"]
         if num_ps:
             cluster.append(f"--ps_hosts={','.join(self.ps_hosts)}")
@@ -47,12 +57,15 @@ class LoopbackCluster:
         env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2",
                    PYTHONPATH=os.getcwd())
         for name, args in self.commands.items():
+            argv = [sys.executable, "-m", "inception.train", *args]
+            if self.lab is not None:
+                argv = self.lab.command(self.hosts[name], argv)
             with open(self.log_path(name), "a", encoding="utf-8") as log:
                 log.write(f"=== start {self.starts}\n")
                 log.flush()
                 self.processes[name] = subprocess.Popen(
-                    [sys.executable, "-m", "inception.train", *args], stdout=log,
-                    stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                    argv, stdout=log, stderr=subprocess.STDOUT, env=env,
+                    start_new_session=True)
 
     def log_path(self, name):
         """Where task `name`'s output goes."""
@@ -91,7 +104,7 @@ class LoopbackCluster:
 
 
 class Supervisor:
-    """Runs a LoopbackCluster to its end, starting every task again whenever one exits with
+    """Runs a TaskCluster to its end, starting every task again whenever one exits with
     the restart code (the others then exit with it too) and none with another failure."""
 
     def __init__(self, cluster, max_restarts=20, task_timeout=900):
@@ -102,10 +115,11 @@ class Supervisor:
         self.ends = []  # when every task had ended, one time per start
         self.starts = []  # when the tasks were started, one time per start
 
-    def run(self, while_running=None):
+    def run(self, while_running=None, before_restart=None):
         """Starts the cluster and restarts it as above; returns the last {task: status}.
         `while_running(cluster)`, called every POLL_SECS while every task runs, may signal
-        tasks (bench/chaos.py's faults)."""
+        tasks or cut a host off (bench/chaos.py's faults); `before_restart(cluster)` runs
+        once every task ended, before they start again (a cut host is mended there)."""
         while True:
             self.starts.append(time.time())
             self.cluster.start()
@@ -116,6 +130,8 @@ class Supervisor:
             if len(self.restarts) >= self.max_restarts:
                 raise RuntimeError(f"still asking for a restart after {self.max_restarts}")
             self.restarts.append(codes)
+            if before_restart is not None:
+                before_restart(self.cluster)
 
     def _wait_for_end(self, while_running):
         deadline = time.time() + self.task_timeout

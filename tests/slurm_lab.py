@@ -7,12 +7,14 @@ in a UTS namespace named as its node (`n1`, `n2`, ...: slurmctld refuses a host 
 its SlurmctldHost's, slurmd takes its node name from it) and in a mount namespace where a hosts
 file of the lab's nodes covers /etc/hosts (the tasks of a job reach each other by node name,
 as TensorFlow's SlurmClusterResolver gives them). Processes tracked by /proc, no task plugin,
-no accounting: nothing of this machine's cgroups or services is touched.
+no accounting: nothing of this machine's cgroups or services is touched. The daemons change
+their supplementary groups, which Bazel's sandbox forbids: the test runs unsandboxed.
 """
 
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 
 PACKAGES = ("slurm-wlm", "munge")
@@ -71,13 +73,16 @@ def node_name(host):
 
 
 class SlurmLab:
-    """Slurm on every host of `lab` (a running tests/lab.Lab), its files under `root`; a
-    context manager that starts the daemons and stops them on leaving."""
+    """Slurm on every host of `lab` (a running tests/lab.Lab), its files in a directory of its
+    own under /tmp (munge's socket path must stay under 108 bytes, which a test's temporary
+    directory can exceed), removed on leaving; a context manager that starts the daemons and
+    stops them on leaving."""
 
-    def __init__(self, lab, root):
-        self.lab, self.root = lab, root
-        self.hosts_file = os.path.join(root, "hosts")
-        self.config = os.path.join(root, "slurm.conf")
+    def __init__(self, lab):
+        self.lab = lab
+        self.root = tempfile.mkdtemp(prefix="slurm-", dir="/tmp")
+        self.hosts_file = os.path.join(self.root, "hosts")
+        self.config = os.path.join(self.root, "slurm.conf")
         self._daemons = []
 
     def __enter__(self):
@@ -145,12 +150,13 @@ class SlurmLab:
         return "\n".join(ends)
 
     def close(self):
-        """Stops every daemon (idempotent)."""
+        """Stops every daemon and removes the lab's files (idempotent)."""
         for daemon in reversed(self._daemons):
             if daemon.poll() is None:
                 daemon.kill()
             daemon.wait()
         self._daemons.clear()
+        shutil.rmtree(self.root, ignore_errors=True)
 
     def _write_files(self):
         hosts = range(1, self.lab.num_hosts + 1)

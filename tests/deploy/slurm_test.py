@@ -40,9 +40,9 @@ class SlurmScriptTest(unittest.TestCase):
 
     def test_a_preempted_job_restarts_and_ends_as_one_never_preempted(self):
         train_dir = testing_utils.temp_dir("slurm_run")
-        root = testing_utils.temp_dir("slurm_lab")
-        with lab_lib.Lab(2) as lab, slurm_lab.SlurmLab(lab, root) as slurm:
-            job, output = self.submit(slurm, train_dir, root)
+        job_dir = testing_utils.temp_dir("slurm_job")
+        with lab_lib.Lab(2) as lab, slurm_lab.SlurmLab(lab) as slurm:
+            job, output = self.submit(slurm, train_dir, job_dir)
             wait_for(lambda: re.search(r": step 2, loss", read(output)), output)
             slurm.run(["scancel", "--signal=TERM", job])
             wait_for(lambda: "JobState=COMPLETED" in slurm.run(["scontrol", "show", "job", job])
@@ -64,16 +64,16 @@ class SlurmScriptTest(unittest.TestCase):
         self.assertEqual(codes, {"worker0": 0, "worker1": 0})
         local_cluster.assert_same_checkpoints(self, train_dir, straight_dir)
 
-    def submit(self, slurm, train_dir, root):
+    def submit(self, slurm, train_dir, job_dir):
         """Submits the script as shipped to 2 nodes, the trainer started from this process's
-        Python; returns (the job's id, the path of its output)."""
-        output = os.path.join(root, "job.out")
+        Python, from `job_dir`; returns (the job's id, the path of its output)."""
+        output = os.path.join(job_dir, "job.out")
         env = slurm.env()
         env.update(PYTHONPATH=os.pathsep.join(sys.path), TF_CPP_MIN_LOG_LEVEL="2",
                    INCEPTION_TRAIN=f"{sys.executable} -m inception.train")
         submitted = slurm.run(
             ["sbatch", "--nodes=2", "--gpus-per-node=0", f"--output={output}",
-             f"--chdir={root}", SCRIPT, f"--data_dir={DATA.path}", f"--train_dir={train_dir}",
+             f"--chdir={job_dir}", SCRIPT, f"--data_dir={DATA.path}", f"--train_dir={train_dir}",
              *TRAIN_FLAGS], env=env)
         return re.search(r"Submitted batch job (\d+)", submitted).group(1), output
 

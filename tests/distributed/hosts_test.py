@@ -50,10 +50,11 @@ def reach(lab, host, address):
 
 
 def collective_cluster(train_dir, max_steps, extra_flags=(), lab=None):
-    """Two workers of two towers and no parameter server, each on a host of `lab` (or on
-    127.0.0.1)."""
+    """Two workers of one tower and no parameter server, each on a host of `lab` (or on
+    127.0.0.1). One tower: each tower graph costs a task about 10 s of CPU at every start, and
+    several towers per worker are collective_test's."""
     return local_cluster.LocalCluster(DATA.path, train_dir, max_steps, num_ps=0,
-                                      extra_flags=extra_flags, lab=lab)
+                                      extra_flags=extra_flags, num_towers=1, lab=lab)
 
 
 class LabTest(unittest.TestCase):
@@ -120,7 +121,7 @@ class InputServiceAcrossHostsTest(unittest.TestCase):
 
 
 class AllReduceAcrossHostsTest(unittest.TestCase):
-    """A 2-worker all-reduce cluster (2 towers each), each worker on a host of its own."""
+    """A 2-worker all-reduce cluster, each worker on a host of its own."""
 
     def test_a_signal_a_blip_and_a_partition_then_a_resume_are_the_run_never_stopped(self):
         """Each worker on a host of its own (tests/lab.py): stopped by a SIGTERM; resumed,

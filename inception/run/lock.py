@@ -1,20 +1,21 @@
-"""One training run per --train_dir: an exclusive lock held for the run's life, with a lease.
+"""One training run per --train_dir: an exclusive lock held for the run's life, with a heartbeat.
 
 An OS file lock (flock) on `<train_dir>/train.lock`: the kernel drops it when the process ends
 however it ends, so a killed run leaves no stale lock on its machine. The file's one line names
-the holder (Holder.line), which rewrites it every RENEW_SECS from a daemon thread (its lease).
+the holder (Holder.line), which rewrites it every RENEW_SECS from a daemon thread (its heartbeat).
 A run that cannot take the flock reads it. A holder on this machine (the same kernel, by boot
 id: a node's containers are one machine, a pod recreated under its name on another node is
 not) is believed: the flock is the truth there. One on another machine whose line is older than
-LEASE_SECS is taken to be gone with its machine, and the run is taken over (a line of its own,
+STALE_SECS is taken to be gone with its machine, and the run is taken over (a line of its own,
 renewed; one log line naming the previous holder; the flock once free): a file server keeps a
-lost client's lock a while (NFSv4: until its lease on the server ends) or for good (NFSv3's
-lock manager: until it reboots). Anything else, a line that is not intact too, is refused.
+lost client's lock a while (NFSv4: until the server stops waiting for it to renew its
+state) or for good (NFSv3's lock manager: until it reboots). Anything else, a line that is
+not intact too, is refused.
 
 A line's age is read from the file server's clock alone: the modification time it stamped at
 the holder's last write against the one it stamps on a file touched beside it, so any skew
 between the hosts' clocks is tolerated. Only where that probe cannot be written does the
-newcomer's clock stand in, tolerating it up to LEASE_SECS - RENEW_SECS (50 s) ahead of the
+newcomer's clock stand in, tolerating it up to STALE_SECS - RENEW_SECS (50 s) ahead of the
 server's. Evaluation and TensorBoard take no lock. Free of TensorFlow: a second run fails fast.
 """
 
@@ -40,8 +41,9 @@ RENEW_SECS = 10.0
 # A holder on another machine whose line is older than this is taken over. Long enough that a
 # live holder's hiccups (above) never hand its run to a second chief; short enough that a chief
 # restarted on another node gets in about a minute after its old node's loss, sooner than
-# NFSv4's default server lease (90 s) frees the flock, and at all where NFSv3 never frees it.
-LEASE_SECS = 60.0
+# NFSv4's default server timeout for a silent client (90 s) frees the flock, and at all where
+# NFSv3 never frees it.
+STALE_SECS = 60.0
 
 _RECORD = re.compile(r"pid (?P<pid>\d+) on (?P<host>\S+), started (?P<since>[\d: -]+?), "
                      r"renewed (?P<renewed>[\d: -]+?) \[machine (?P<machine>\S+), "
@@ -54,7 +56,7 @@ class RunLockError(cli.UserError):
     and says what to do. `retryable` is the caller's, True for a task of a cluster alone: a
     scheduler (Kubernetes, Slurm) restarts such a task while its previous incarnation may still
     be ending, on its node (the flock goes with its process) or on a node that is gone (the
-    lease runs out), so the refusal passes, and the restart code makes the scheduler try again
+    heartbeat runs out), so the refusal passes, and the restart code makes the scheduler try again
     where status 1 would end the whole job. A run alone is not: there a second run is a user's
     mistake (two commands, one --train_dir) that a restart loop would only repeat."""
 
@@ -67,7 +69,7 @@ class RunLockError(cli.UserError):
 class Holder:
     """Who holds a run's lock. pid, host: the process and its host name. since, renewed: when it
     took the lock and last wrote its line, by its own clock as 'YYYY-MM-DD HH:MM:SS' (for people:
-    the lease is judged by the file's modification time). machine: its machine_id()."""
+    the heartbeat is judged by the file's modification time). machine: its machine_id()."""
     pid: int
     host: str
     since: str
@@ -161,11 +163,11 @@ def _try_flock(fd):
         return False
 
 
-class RunLease:
+class RunHeartbeat:
     """A run's hold on its directory (exclusive_run yields it): `holder`, the Holder naming this
     process, renewed by a daemon thread; `holds_flock` (not yet after a take-over, while the
     file server keeps the previous holder's); `lost_to`, the Holder that took the run over
-    after this one's lease lapsed (renewal stops then), else None."""
+    after this one's heartbeat lapsed (renewal stops then), else None."""
 
     def __init__(self, path, fd, holder, renew_secs, log):
         self.path = path
@@ -177,7 +179,7 @@ class RunLease:
         self._log = log
         self._failing = False
         self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._renew_until_stopped, name="run-lease",
+        self._thread = threading.Thread(target=self._renew_until_stopped, name="run-heartbeat",
                                         daemon=True)
 
     def write(self):
@@ -185,7 +187,8 @@ class RunLease:
         self.holder = dataclasses.replace(self.holder, renewed=_now())
         data = self.holder.line().encode()
         # One write, in place (the flock is on this inode: no rename); a reader catching it half
-        # done sees a wrong checksum. fsync: the file server stamps the time the lease is read by.
+        # done sees a wrong checksum. fsync: the file server stamps the time the heartbeat is
+        # judged by.
         os.pwrite(self._fd, data, 0)
         os.ftruncate(self._fd, len(data))
         os.fsync(self._fd)
@@ -200,18 +203,18 @@ class RunLease:
             if found is not None and not found.same_run(self.holder):
                 self.lost_to = found
                 self._log(f"the lock of {os.path.dirname(self.path)} was taken over by "
-                          f"{found.named()}, as this run's lease had not been renewed for "
-                          f"{LEASE_SECS:.0f} s; two runs now write there: stop one of them.")
+                          f"{found.named()}, as this run's heartbeat had not been renewed for "
+                          f"{STALE_SECS:.0f} s; two runs now write there: stop one of them.")
                 return False
             if found is not None:  # else being written by another run: judged next time
                 self.write()
             self._failing = False
         except OSError as error:
             if not self._failing:
-                self._log(f"could not renew the lease in {self.path}: "
+                self._log(f"could not renew the heartbeat in {self.path}: "
                           f"{error_lines.cause_of(error)}; trying again every "
                           f"{self._renew_secs:g} s (a run on another machine takes this one "
-                          f"over after {LEASE_SECS:.0f} s without a renewal).")
+                          f"over after {STALE_SECS:.0f} s without a renewal).")
             self._failing = True
         return True
 
@@ -230,8 +233,8 @@ class RunLease:
             pass
 
 
-def _lapsed_holder(train_dir, here, lease_secs, retryable):
-    """(the Holder of `train_dir` whose lease lapsed, seconds since its last renewal); raises
+def _lapsed_holder(train_dir, here, stale_secs, retryable):
+    """(the Holder of `train_dir` whose heartbeat lapsed, seconds since its last renewal); raises
     RunLockError for any other holder."""
     try:
         holder, named, mtime = read_holder(os.path.join(train_dir, LOCK_FILE))
@@ -240,10 +243,10 @@ def _lapsed_holder(train_dir, here, lease_secs, retryable):
     if holder is not None and holder.machine != here.machine:
         server_now = file_server_time(train_dir)
         age = (time.time() if server_now is None else server_now) - mtime
-        if age > lease_secs:
+        if age > stale_secs:
             return holder, age
-        named = (f"{holder.named()}, lease renewed {max(age, 0):.0f} s ago; a run on another "
-                 f"machine is taken over once not renewed for {lease_secs:.0f} s")
+        named = (f"{holder.named()}, heartbeat renewed {max(age, 0):.0f} s ago; a run on another "
+                 f"machine is taken over once not renewed for {stale_secs:.0f} s")
     elif holder is not None:
         named = holder.named()
     what = ("exiting with the restart code, so that the scheduler tries again once it has "
@@ -255,13 +258,13 @@ def _lapsed_holder(train_dir, here, lease_secs, retryable):
 
 
 @contextlib.contextmanager
-def exclusive_run(train_dir, retryable=False, log=print, lease_secs=LEASE_SECS,
+def exclusive_run(train_dir, retryable=False, log=print, stale_secs=STALE_SECS,
                   renew_secs=RENEW_SECS):
-    """Holds the lock of `train_dir` (created if missing) while inside, renewing its lease
-    every `renew_secs` seconds; yields the RunLease (None for a remote path, `gs://...`: not
+    """Holds the lock of `train_dir` (created if missing) while inside, renewing its heartbeat
+    every `renew_secs` seconds; yields the RunHeartbeat (None for a remote path, `gs://...`: not
     locked). Raises RunLockError, with `retryable` (True for a task of a cluster: see the
     class), when a process of this machine holds it, or one of another machine that renewed its
-    lease within `lease_secs`; one silent for longer is taken over, and `log` gets a line."""
+    heartbeat within `stale_secs`; one silent for longer is taken over, and `log` gets a line."""
     if files.is_url(train_dir):
         yield None
         return
@@ -274,23 +277,23 @@ def exclusive_run(train_dir, retryable=False, log=print, lease_secs=LEASE_SECS,
                                                     error)) from None
     here = Holder(pid=os.getpid(), host=socket.gethostname(), since=_now(), renewed=_now(),
                   machine=machine_id())
-    lease = RunLease(path, fd, here, renew_secs, log)
+    heartbeat = RunHeartbeat(path, fd, here, renew_secs, log)
     try:
-        lease.holds_flock = _try_flock(fd)
-        if not lease.holds_flock:
-            previous, age = _lapsed_holder(train_dir, here, lease_secs, retryable)
-            log(f"took over {train_dir} from {previous.named()}: its lease was last renewed "
-                f"{age:.0f} s ago (more than {lease_secs:.0f} s), so its machine is taken to be "
+        heartbeat.holds_flock = _try_flock(fd)
+        if not heartbeat.holds_flock:
+            previous, age = _lapsed_holder(train_dir, here, stale_secs, retryable)
+            log(f"took over {train_dir} from {previous.named()}: its heartbeat was last renewed "
+                f"{age:.0f} s ago (more than {stale_secs:.0f} s), so its machine is taken to be "
                 "gone, although the file server still reports its lock.")
         try:
-            lease.write()
+            heartbeat.write()
         except OSError as error:
             raise RunLockError(error_lines.cannot_write(f"in --train_dir={train_dir}",
                                                         error)) from None
-        lease.start()
-        yield lease
+        heartbeat.start()
+        yield heartbeat
     finally:
-        lease.stop()
-        if lease.holds_flock:
+        heartbeat.stop()
+        if heartbeat.holds_flock:
             fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)

@@ -1,6 +1,6 @@
 """One training run per --train_dir: a second one fails at once, naming the first; a cluster's
 restarted chief exits with the restart code; a holder on a machine that is gone is taken over
-once its lease lapses."""
+once its heartbeat lapses."""
 
 import fcntl
 import os
@@ -91,7 +91,7 @@ class RunLockTest(unittest.TestCase):
     def test_a_restarted_cluster_chief_that_finds_the_lock_taken_exits_with_the_restart_code(
             self):
         train_dir = testing_utils.temp_dir("lock_chief")
-        with exclusive_run(train_dir) as lease:
+        with exclusive_run(train_dir) as heartbeat:
             chief = subprocess.run(
                 [sys.executable, "-m", "inception.train", f"--train_dir={train_dir}",
                  "--job_name=worker", "--task_id=0",
@@ -101,38 +101,38 @@ class RunLockTest(unittest.TestCase):
                          chief.stderr[-2000:])
         errors = [line for line in chief.stderr.splitlines() if line.startswith("error: ")]
         self.assertEqual(len(errors), 1, chief.stderr[-2000:])
-        self.assertIn(f"another training run uses {train_dir} ({lease.holder.named()}); "
+        self.assertIn(f"another training run uses {train_dir} ({heartbeat.holder.named()}); "
                       "exiting with the restart code", errors[0])
 
-    def test_a_holder_on_another_machine_whose_lease_lapsed_is_taken_over(self):
+    def test_a_holder_on_another_machine_whose_heartbeat_lapsed_is_taken_over(self):
         train_dir = testing_utils.temp_dir("lock_lapsed")
         path = os.path.join(train_dir, lock.LOCK_FILE)
-        gone = hold_as(GONE, train_dir, age_secs=lock.LEASE_SECS + 30)
+        gone = hold_as(GONE, train_dir, age_secs=lock.STALE_SECS + 30)
         logged = []
         try:
-            with exclusive_run(train_dir, retryable=True, log=logged.append) as lease:
-                self.assertFalse(lease.holds_flock)  # the file server still reports it held
+            with exclusive_run(train_dir, retryable=True, log=logged.append) as heartbeat:
+                self.assertFalse(heartbeat.holds_flock)  # the file server still reports it held
                 self.assertEqual(len(logged), 1, logged)
                 self.assertRegex(logged[0], rf"^took over {re.escape(train_dir)} from "
-                                 rf"{re.escape(GONE.named())}: its lease was last renewed "
+                                 rf"{re.escape(GONE.named())}: its heartbeat was last renewed "
                                  r"(9\d|1\d\d) s ago \(more than 60 s\)")
-                self.assertEqual(lock.read_holder(path)[0], lease.holder)
-                self.assertEqual(lease.holder.pid, os.getpid())
+                self.assertEqual(lock.read_holder(path)[0], heartbeat.holder)
+                self.assertEqual(heartbeat.holder.pid, os.getpid())
                 with self.assertRaises(RunLockError) as caught:  # a third run is refused
                     with exclusive_run(train_dir):
                         pass
-                self.assertIn(lease.holder.named(), str(caught.exception))
+                self.assertIn(heartbeat.holder.named(), str(caught.exception))
                 gone.close()  # the file server lets the lost client's lock go at last
-                self.assertTrue(lease.renew())
-                self.assertTrue(lease.holds_flock)
+                self.assertTrue(heartbeat.renew())
+                self.assertTrue(heartbeat.holds_flock)
         finally:
             gone.close()
-        with exclusive_run(train_dir) as lease:  # the flock was released at the end
-            self.assertTrue(lease.holds_flock)
+        with exclusive_run(train_dir) as heartbeat:  # the flock was released at the end
+            self.assertTrue(heartbeat.holds_flock)
 
-    def test_a_holder_on_another_machine_with_a_fresh_lease_is_refused(self):
+    def test_a_holder_on_another_machine_with_a_fresh_heartbeat_is_refused(self):
         train_dir = testing_utils.temp_dir("lock_fresh")
-        with hold_as(GONE, train_dir, age_secs=lock.LEASE_SECS - 15):
+        with hold_as(GONE, train_dir, age_secs=lock.STALE_SECS - 15):
             for retryable in (False, True):
                 with self.assertRaises(RunLockError) as caught:
                     with exclusive_run(train_dir, retryable=retryable, log=self.fail):
@@ -140,7 +140,7 @@ class RunLockTest(unittest.TestCase):
                 self.assertEqual(caught.exception.retryable, retryable)
                 self.assertRegex(str(caught.exception),
                                  rf"^another training run uses {re.escape(train_dir)} "
-                                 rf"\({re.escape(GONE.named())}, lease renewed 4\d s ago; ")
+                                 rf"\({re.escape(GONE.named())}, heartbeat renewed 4\d s ago; ")
             self.assertEqual(lock.read_holder(os.path.join(train_dir, lock.LOCK_FILE))[0],
                              GONE)  # left as it was
 
@@ -148,7 +148,7 @@ class RunLockTest(unittest.TestCase):
         train_dir = testing_utils.temp_dir("lock_here")
         here = lock.Holder(pid=4321, host="renamed-pod", since=GONE.since,
                            renewed=GONE.renewed, machine=lock.machine_id())
-        with hold_as(here, train_dir, age_secs=10 * lock.LEASE_SECS):
+        with hold_as(here, train_dir, age_secs=10 * lock.STALE_SECS):
             with self.assertRaises(RunLockError) as caught:
                 with exclusive_run(train_dir, log=self.fail):
                     pass
@@ -166,7 +166,7 @@ class RunLockTest(unittest.TestCase):
             gone.seek(0)
             gone.write(line.replace("03:09:15", "03:09:16"))  # a renewal caught half done
             gone.flush()
-            past = time.time() - 10 * lock.LEASE_SECS
+            past = time.time() - 10 * lock.STALE_SECS
             os.utime(path, (past, past))
             with self.assertRaises(RunLockError) as caught:  # cannot tell whose: refused
                 with exclusive_run(train_dir, log=self.fail):
@@ -190,8 +190,8 @@ class RunLockTest(unittest.TestCase):
         train_dir = testing_utils.temp_dir("lock_end")
         path = os.path.join(train_dir, lock.LOCK_FILE)
         with exclusive_run(train_dir, renew_secs=0.05):
-            self.assertIn("run-lease", [thread.name for thread in threading.enumerate()])
-        self.assertNotIn("run-lease", [thread.name for thread in threading.enumerate()])
+            self.assertIn("run-heartbeat", [thread.name for thread in threading.enumerate()])
+        self.assertNotIn("run-heartbeat", [thread.name for thread in threading.enumerate()])
         past = time.time() - 1000
         os.utime(path, (past, past))
         time.sleep(0.3)  # six renewals' time
@@ -201,15 +201,15 @@ class RunLockTest(unittest.TestCase):
         train_dir = testing_utils.temp_dir("lock_lost")
         path = os.path.join(train_dir, lock.LOCK_FILE)
         logged = []
-        with exclusive_run(train_dir, renew_secs=0.05, log=logged.append) as lease:
+        with exclusive_run(train_dir, renew_secs=0.05, log=logged.append) as heartbeat:
             def taken_over():
                 with open(path, "r+", encoding="utf-8") as other:  # another machine took over
                     other.write(GONE.line())
-                return lease.lost_to is not None
+                return heartbeat.lost_to is not None
 
             # Written again until seen: a renewal may have read its own record just before.
             self.assertTrue(wait_for(taken_over))
-            self.assertEqual(lease.lost_to, GONE)
+            self.assertEqual(heartbeat.lost_to, GONE)
             time.sleep(0.2)
             self.assertEqual(lock.read_holder(path)[0], GONE)
         self.assertEqual(len(logged), 1, logged)

@@ -57,7 +57,7 @@ def inception_logits(images, model, is_training, batch_norm_decay=recipe.BATCH_N
         weight_decay=recipe.WEIGHT_DECAY, batch_norm_decay=batch_norm_decay)
     normalizer = ({} if batch_norm is None else {"normalizer_fn": batch_norm.batch_norm})
     with slim.arg_scope(arg_scope), slim.arg_scope([slim.conv2d], **normalizer), \
-            dropout_as_mask_multiply(dropout_seed):
+            dropout_as_mask_multiply(dropout_seed), variables_hashed_by_identity():
         logits, end_points = inception_v3.inception_v3(
             images, num_classes=model.num_classes, is_training=is_training,
             depth_multiplier=model.depth_multiplier,
@@ -69,6 +69,21 @@ def inference_logits(images, model):
     """The logits of Inception v3 in inference mode (the default model of evaluation and of
     the export)."""
     return inception_logits(images, model, False)[0]
+
+
+@contextlib.contextmanager
+def variables_hashed_by_identity():
+    """While building the network: tensors and variables compare and hash by identity without
+    asking TensorFlow whether it executes eagerly. tf-slim's layers (TensorFlow's legacy layers)
+    put every global variable into a set at each new weight, and each hash asked that question
+    (an init_scope): quadratic in the variables, about a tenth of building a tower. In graph
+    mode the answer is always no, so identity is what they compared by anyway; TensorFlow 2's
+    default (equality by value in eager code) is back on afterwards."""
+    tf.compat.v1.disable_tensor_equality()
+    try:
+        yield
+    finally:
+        tf.compat.v1.enable_tensor_equality()
 
 
 @contextlib.contextmanager

@@ -2,11 +2,13 @@
 and Mixup/CutMix in the tower against NumPy."""
 
 import unittest
+from unittest import mock
 
 import numpy as np
 import tensorflow as tf
 from absl.testing import absltest
 
+from tensorflow.python.framework import tensor as tensor_lib
 from tf_slim.layers import layers as slim_layers
 from tf_slim.nets import inception_v3
 
@@ -96,6 +98,22 @@ def smoothed_loss(logits, targets):
     shifted = logits - logits.max(axis=1, keepdims=True)
     log_softmax = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
     return float(np.mean(-(smoothed * log_softmax).sum(axis=1)))
+
+
+class VariableHashingTest(unittest.TestCase):
+
+    def test_the_network_is_built_hashing_by_identity_and_eager_equality_comes_back(self):
+        switch = []
+        build = inception_v3.inception_v3
+
+        def spy(*args, **kwargs):
+            switch.append(tensor_lib.Tensor._USE_EQUALITY)  # pylint: disable=protected-access
+            return build(*args, **kwargs)
+        with tf.Graph().as_default(), mock.patch.object(inception_v3, "inception_v3", spy):
+            network.inception_logits(tf.zeros([1, 75, 75, 3]), SETTINGS, is_training=True)
+        self.assertEqual(switch, [False])
+        # Eager code afterwards compares by value again (TensorFlow 2's default).
+        self.assertIsInstance(tf.constant(1) == 1, tf.Tensor)
 
 
 class MixingTest(unittest.TestCase):

@@ -191,6 +191,18 @@ class PrecisionChoiceTest(unittest.TestCase):
 FAKE_GPU = tf.config.PhysicalDevice("/physical_device:GPU:0", "GPU")
 
 
+class SessionConfigTest(unittest.TestCase):
+
+    def test_cpu_towers_skip_the_grappler_work_that_changes_nothing_there(self):
+        cpu = devices.session_config(devices.plan_towers(2, physical_gpus=0)).graph_options
+        gpu = devices.session_config(devices.plan_towers(1, physical_gpus=1)).graph_options
+        self.assertEqual(cpu.rewrite_options.meta_optimizer_iterations,
+                         cpu.rewrite_options.ONE)
+        self.assertEqual(cpu.rewrite_options.memory_optimization,
+                         cpu.rewrite_options.NO_MEM_OPT)
+        self.assertEqual(gpu.rewrite_options, type(gpu.rewrite_options)())  # the defaults
+
+
 class GpuOptionsTest(unittest.TestCase):
     """configure_gpus against a stand-in for TensorFlow's device configuration (this machine
     has no GPU; gpu_test runs the real thing)."""

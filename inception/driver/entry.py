@@ -10,6 +10,7 @@ import sys
 from common import cli
 from common import signals
 from inception.driver import startup
+from inception.loop import startup_clock
 
 
 def print_next_steps(train_dir, result):
@@ -82,12 +83,14 @@ def report_worker_end(settings, result):
 
 def train(settings):
     """Trains (TensorFlow loads here); returns session_loop.TrainResult or ends with one line."""
+    clock = startup_clock.StartupClock.from_process_start("interpreter and flags")
     startup.quiet_tensorflow()
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
     from inception.driver import launch  # pylint: disable=import-outside-toplevel
+    clock.mark("TensorFlow import")
     try:
-        return launch.train(settings, log=cli.log, on_stuck=exit_now)
+        return launch.train(settings, log=cli.log, on_stuck=exit_now, startup=clock)
     except cli.UserError as error:
         fail(error)
     except (OSError, tf.errors.OpError) as error:

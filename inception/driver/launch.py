@@ -27,6 +27,7 @@ from inception.loop import hooks as hooks_lib
 from inception.loop import liveness
 from inception.loop import resume
 from inception.loop import session_loop
+from inception.loop import startup_clock
 from inception.model import network
 from inception.model import synced_batch_norm
 from inception.parallel import devices
@@ -152,7 +153,7 @@ def batch_norm_groups(placement, share, micro_batches):
         first_device=share.index * placement.num_towers, micro_batches=micro_batches)
 
 
-def train(settings, log=print, on_stuck=None):
+def train(settings, log=print, on_stuck=None, startup=None):
     """Runs training as `settings` (a TrainSettings) say; returns session_loop.TrainResult.
 
     Checks the settings first (nothing is written for a bad one), then holds the lock of
@@ -166,14 +167,20 @@ def train(settings, log=print, on_stuck=None):
     PlacementError, CheckpointError) with a message that says what to do, and
     guards.DivergenceError when training diverges; on a cluster also
     distributed.ClusterError (a task lost or late).
+
+    startup: the loop.startup_clock.StartupClock of the parts of the start before this call
+    (the entry point's); None: the start-up line counts from here.
     """
+    clock = startup or startup_clock.StartupClock()
     settings.validate()
     held = exclusive_run(settings.train_dir, retryable=settings.cluster is not None,
                          log=log) if settings.is_chief else contextlib.nullcontext()
     with held:
         if settings.is_chief:
             check_writable(settings.train_dir)
-        return _train_resolved(resolution.resolve_run(settings, log), log, on_stuck)
+        run = resolution.resolve_run(settings, log)
+        clock.mark("checks and data set")
+        return _train_resolved(run, log, on_stuck, clock)
 
 
 def check_writable(train_dir):
@@ -212,12 +219,12 @@ def explain_determinism(error):
         "with this op, or train on the CPU.")
 
 
-def _train_resolved(run, log, on_stuck):
+def _train_resolved(run, log, on_stuck, clock):
     with op_determinism(run.settings.data.deterministic):
-        return _run_training(run, log, on_stuck)
+        return _run_training(run, log, on_stuck, clock)
 
 
-def _run_training(run, log, on_stuck):
+def _run_training(run, log, on_stuck, clock):
     settings, service_input = run.settings, service_input_of(run.settings)
     if service_input:
         service.check_reachable(service_input.address)
@@ -230,16 +237,20 @@ def _run_training(run, log, on_stuck):
     config = run.placement.session_config()
     worker = (distributed.start_worker(settings.cluster, config, log, on_stuck)
               if settings.cluster is not None else None)
+    if worker is not None:
+        clock.mark("cluster server")
     if worker is not None and service_input:
         worker.input_service = service_input.address
     validation = None
     try:
         validation = in_training.build(settings, run.dataset, config, log)
+        if validation is not None:
+            clock.mark("evaluation graph")
         return session_loop.run_training(graph_builder(run, worker, service_input=service_input),
                                          config, settings.loop,
                                          run.make_initializer, log=log,
                                          worker=worker or _timed_steps(settings, on_stuck),
-                                         validation=validation)
+                                         validation=validation, startup=clock)
     except tf.errors.OpError as error:
         input_error = damaged.explain(error) or explain_determinism(error)
         if input_error is not None:

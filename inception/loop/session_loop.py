@@ -19,6 +19,7 @@ from inception.loop import log_notes
 from inception.loop import profiling
 from inception.loop import hooks as hooks_lib
 from inception.loop import rollback
+from inception.loop import startup_clock
 from inception.loop.cadence import LoopCadences
 from inception.loop.stop_request import StopRequest
 from inception.run import tags
@@ -50,7 +51,7 @@ class TrainResult:
 
 
 def run_training(build_graph, session_config, loop, make_initializer=None, log=print,
-                 worker=None, validation=None):
+                 worker=None, validation=None, startup=None):
     """Builds the graph with `build_graph()` and trains until `loop.max_steps`.
 
     Resumes from the newest checkpoint in `loop.train_dir` that restores and holds finite
@@ -75,12 +76,15 @@ def run_training(build_graph, session_config, loop, make_initializer=None, log=p
         nor writes `train_dir`: it waits for the chief to initialize the shared variables.
       validation: validation.in_training.TrainingValidation, or None: scores the checkpoint
         saved at each step it is due for and at the end; it may stop the run early.
+      startup: startup_clock.StartupClock of the start so far (None: counted from this call);
+        its line is logged after the first step.
 
     Returns:
       TrainResult. Raises guards.DivergenceError, and
       checkpoint_io.CheckpointError when no checkpoint restores or one cannot be written.
     """
     worker = worker or hooks_lib.WorkerHooks()
+    clock = startup or startup_clock.StartupClock()
     run_dir = RunDirectory(loop.train_dir)
     checkpoint = None
     if worker.is_chief:
@@ -89,6 +93,7 @@ def run_training(build_graph, session_config, loop, make_initializer=None, log=p
         checkpoint = run_dir.newest_usable(log, set_aside=True)
     built = built_run.build_run(build_graph, loop, worker, checkpoint,
                                 make_initializer, log)
+    clock.mark("graph")
     # The graphs' Python objects live as long as the run: frozen, the garbage collector stops
     # rescanning them whenever work between steps (a validation) makes many short-lived objects
     # (measured on the demo: 0.383 -> 0.365 s a step after validations, as without them).
@@ -96,25 +101,26 @@ def run_training(build_graph, session_config, loop, make_initializer=None, log=p
     gc.freeze()
     try:
         return _train_built(built, session_config, loop, checkpoint, worker, log,
-                            validation)
+                            validation, clock)
     finally:
         gc.unfreeze()
 
 
-def _train_built(built, session_config, loop, checkpoint, worker, log, validation):
+def _train_built(built, session_config, loop, checkpoint, worker, log, validation, clock):
     for name in built.train_graph.skipped_variables:
         log(f"note: no loss reaches variable {name}; it is left out of the update.")
     end_step = min(loop.max_steps, built.train_graph.plan.total_steps or loop.max_steps)
     with worker.open_session(built.graph, session_config) as session:
         try:
             step = built_run.start_session(session, built, checkpoint, worker, log)
+            clock.mark("session and restore")
             if step >= end_step:
                 log(f"{loop.train_dir} is already at step {step}, the end of this run "
                     f"(--max_steps={loop.max_steps}); nothing to train. Raise --max_steps "
                     "or use a new --train_dir.")
                 return TrainResult(step=step, checkpoint=checkpoint)
             loop = _Loop(session, built, dataclasses.replace(loop, max_steps=end_step),
-                         worker, log, validation)
+                         worker, log, validation, clock)
             return loop.run(step, checkpoint)
         finally:
             worker.finish(session)
@@ -124,8 +130,9 @@ class _Loop:
     """One run of the training loop over an open session: steps, logs, summaries, the
     divergence checks, rollbacks and checkpoints."""
 
-    def __init__(self, session, built, loop, worker, log, validation):
+    def __init__(self, session, built, loop, worker, log, validation, clock):
         self.session, self.saver, self.graph = session, built.saver, built.train_graph
+        self.clock_of_start = clock
         self.loop, self.worker, self.log = loop, worker, log
         self.validation, self.health = validation, built.health
         self.run_dir = RunDirectory(loop.train_dir)
@@ -178,6 +185,7 @@ class _Loop:
                     if ended:
                         break
                     self._maybe_log(step, cadences, result)
+                    self._log_startup()
                     validate = self.validation is not None and self.validation.due(step)
                     if cadences.checkpoint.check_and_mark(step, time.time()) or validate:
                         result.checkpoint, saved_step = self._save(step), step
@@ -197,6 +205,13 @@ class _Loop:
                 self._validate(result, cadences)
             result.stopped_by_signal = stop.signal_number
         return result
+
+    def _log_startup(self):
+        """The start-up line, once: after the first step of this start."""
+        if not self.clock_of_start.logged:
+            self.clock_of_start.mark("first step")
+            self.clock_of_start.logged = True
+            self.log(self.clock_of_start.line())
 
     def _validate(self, result, cadences):
         """Validates the checkpoint just saved; returns whether early stopping ends the run."""

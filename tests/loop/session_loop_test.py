@@ -131,6 +131,12 @@ class NanCheckTest(unittest.TestCase):
         result = run(train_dir, 3, log=lines.append)
         step_lines = [line for line in lines if ": step " in line]
         self.assertEqual(len(step_lines), 3)
+        # The start-up line once, after the first step, with the parts this call measured.
+        startup = [line for line in lines if line.startswith("start-up: ")]
+        self.assertEqual(len(startup), 1, lines)
+        self.assertEqual(lines.index(startup[0]), lines.index(step_lines[0]) + 1, lines)
+        self.assertRegex(startup[0], r"^start-up: [\d.]+ s to the end of the first step \(graph "
+                                     r"[\d.]+ s, session and restore [\d.]+ s, first step [\d.]+ s\)$")
         self.assertRegex(step_lines[-1], r"step 3, loss = [0-9.]+ \([0-9.]+ examples/sec; "
                                          r"[0-9.]+ sec/batch; input wait [0-9]+%\)$")
         scalars = testing_utils.read_scalars(train_dir)

@@ -73,6 +73,14 @@ def user_path(path):
     return os.path.normpath(os.path.join(base, path))
 
 
+def program_command(program):
+    """How the user starts `program` (train, eval, export, classify, input_service) the way
+    this process was started: through bin/inception (the built programs without Bazel) or
+    through `bin/bazel run`."""
+    launcher = os.environ.get("INCEPTION_LAUNCHER")
+    return f"{launcher} {program}" if launcher else f"bin/bazel run //inception:{program} --"
+
+
 def timestamped(message):
     """`message` prefixed with the local time, as the training loop's and a cluster task's log
     lines are."""

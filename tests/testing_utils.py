@@ -18,7 +18,7 @@ from inception.config import recipe
 from inception.config import settings as settings_lib
 from inception.inputs import pipeline
 from inception.model import network
-from inception.parallel import devices
+from inception.parallel import grappler
 from inception.parallel import gradients as gradients_lib
 from inception.parallel import sharing
 from inception.parallel import towers
@@ -50,11 +50,9 @@ def read_only_directory(test, populate=None):
 
 
 def cpu_session_config(num_devices):
-    """ConfigProto with `num_devices` virtual CPU devices and the product's Grappler options for
-    CPU towers (parallel/devices.py)."""
-    config = tf1.ConfigProto(allow_soft_placement=False)
-    config.device_count["CPU"] = num_devices
-    return devices.lean_cpu_rewrites(config)
+    """ConfigProto with `num_devices` virtual CPU devices and the product's Grappler options."""
+    config = tf1.ConfigProto(allow_soft_placement=False, device_count={"CPU": num_devices})
+    return grappler.lean_cpu_rewrites(config)
 
 
 def tiny_demo_data(train=48, validation=20):

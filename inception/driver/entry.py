@@ -10,7 +10,7 @@ import sys
 from common import cli
 from common import signals
 from inception.driver import startup
-from inception.loop import startup_clock
+from inception.loop import first_step
 
 
 def print_next_steps(train_dir, result):
@@ -26,11 +26,11 @@ def print_next_steps(train_dir, result):
         quoted = shlex.quote(best)
     cli.log(f"  watch training:  bin/tensorboard --logdir={shlex.quote(train_dir)}   (then open "
             "http://localhost:6006)")
-    cli.log(f"  evaluate:        bin/bazel run //inception:eval -- --checkpoint_dir={quoted} "
+    cli.log(f"  evaluate:        {cli.program_command('eval')} --checkpoint_dir={quoted} "
             "--run_once")
-    cli.log(f"  export it:       bin/bazel run //inception:export -- --checkpoint_dir={quoted} "
+    cli.log(f"  export it:       {cli.program_command('export')} --checkpoint_dir={quoted} "
             "--export_dir=<dir>")
-    cli.log(f"  classify images: bin/bazel run //inception:classify -- --model={quoted} "
+    cli.log(f"  classify images: {cli.program_command('classify')} --model={quoted} "
             "<images or folders>")
 
 
@@ -83,7 +83,7 @@ def report_worker_end(settings, result):
 
 def train(settings):
     """Trains (TensorFlow loads here); returns session_loop.TrainResult or ends with one line."""
-    clock = startup_clock.StartupClock.from_process_start("interpreter and flags")
+    clock = first_step.StartupClock.from_process_start("interpreter and flags")
     startup.quiet_tensorflow()
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 

@@ -9,13 +9,12 @@ import contextlib
 import functools
 
 import tensorflow as tf
-from tensorflow.python.framework import config as tf_config
 
 from common import cli
 from common import error_lines
 from common import files
 from inception import distributed
-from inception.config import settings as settings_lib
+from inception.driver import determinism
 from inception.driver import lr_range
 from inception.driver import resolution
 from inception.inputs import damaged
@@ -27,7 +26,7 @@ from inception.loop import hooks as hooks_lib
 from inception.loop import liveness
 from inception.loop import resume
 from inception.loop import session_loop
-from inception.loop import startup_clock
+from inception.loop import first_step
 from inception.model import network
 from inception.model import synced_batch_norm
 from inception.parallel import devices
@@ -168,10 +167,10 @@ def train(settings, log=print, on_stuck=None, startup=None):
     guards.DivergenceError when training diverges; on a cluster also
     distributed.ClusterError (a task lost or late).
 
-    startup: the loop.startup_clock.StartupClock of the parts of the start before this call
+    startup: the loop.first_step.StartupClock of the parts of the start before this call
     (the entry point's); None: the start-up line counts from here.
     """
-    clock = startup or startup_clock.StartupClock()
+    clock = startup or first_step.StartupClock()
     settings.validate()
     held = exclusive_run(settings.train_dir, retryable=settings.cluster is not None,
                          log=log) if settings.is_chief else contextlib.nullcontext()
@@ -193,34 +192,8 @@ def check_writable(train_dir):
             error_lines.cannot_write(f"in --train_dir={train_dir}", error)) from None
 
 
-@contextlib.contextmanager
-def op_determinism(enabled):
-    """TensorFlow's op determinism while the block runs (when `enabled`): every op then gives
-    the same result for the same input on the same machine, or fails naming itself (on a GPU,
-    an op without a deterministic kernel). Process-wide, so it is set back after the run
-    (through TensorFlow's own module: the public API can only enable it)."""
-    was_enabled = tf_config.is_op_determinism_enabled()
-    if enabled and not was_enabled:
-        tf.config.experimental.enable_op_determinism()
-    try:
-        yield
-    finally:
-        if enabled and not was_enabled:
-            tf_config.disable_op_determinism()
-
-
-def explain_determinism(error):
-    """A SettingsError for an op that has no deterministic kernel here, else None."""
-    message = getattr(error, "message", str(error))
-    if not isinstance(error, tf.errors.UnimplementedError) or "eterminis" not in message:
-        return None
-    return settings_lib.SettingsError(
-        f"--deterministic: {error_lines.root_cause(message)}; drop --deterministic to train "
-        "with this op, or train on the CPU.")
-
-
 def _train_resolved(run, log, on_stuck, clock):
-    with op_determinism(run.settings.data.deterministic):
+    with determinism.op_determinism(run.settings.data.deterministic):
         return _run_training(run, log, on_stuck, clock)
 
 
@@ -250,9 +223,10 @@ def _run_training(run, log, on_stuck, clock):
                                          config, settings.loop,
                                          run.make_initializer, log=log,
                                          worker=worker or _timed_steps(settings, on_stuck),
-                                         validation=validation, startup=clock)
+                                         companions=session_loop.LoopCompanions(
+                                             validation, clock))
     except tf.errors.OpError as error:
-        input_error = damaged.explain(error) or explain_determinism(error)
+        input_error = damaged.explain(error) or determinism.explain_determinism(error)
         if input_error is not None:
             raise input_error from None
         if worker is None:

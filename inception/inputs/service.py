@@ -92,7 +92,7 @@ def check_reachable(address, timeout_secs=recovery.SERVICE_PROBE_TIMEOUT_SECS):
     except OSError as error:
         raise InputServiceError(
             f"--input_service={address}: no dispatcher answers there ({error.strerror or error}); "
-            f"start it with `bin/bazel run //inception:input_service -- --port={port}` on "
+            f"start it with `{cli.program_command('input_service')} --port={port}` on "
             f"{host}, or fix the address.") from None
 
 

@@ -19,7 +19,7 @@ from inception.loop import log_notes
 from inception.loop import profiling
 from inception.loop import hooks as hooks_lib
 from inception.loop import rollback
-from inception.loop import startup_clock
+from inception.loop import first_step
 from inception.loop.cadence import LoopCadences
 from inception.loop.stop_request import StopRequest
 from inception.run import tags
@@ -50,22 +50,29 @@ class TrainResult:
     last_validation: object = None
 
 
+@dataclasses.dataclass(frozen=True)
+class LoopCompanions:
+    """What runs beside the loop: `validation` (in_training.TrainingValidation: scores the
+    checkpoints it is due for, may stop the run early); `startup` (first_step.StartupClock)."""
+    validation: object = None
+    startup: object = None
+
+
 def run_training(build_graph, session_config, loop, make_initializer=None, log=print,
-                 worker=None, validation=None, startup=None):
+                 worker=None, companions=LoopCompanions()):
     """Builds the graph with `build_graph()` and trains until `loop.max_steps`.
 
     Resumes from the newest checkpoint in `loop.train_dir` that restores and holds finite
     values (each one skipped is named in the log, none deleted); otherwise initializes the
-    variables and then runs the initializer that `make_initializer()` (called while the graph
-    is built) returned, e.g. to restore a pretrained model. Runs each step with the train op
-    of the plan's current stage and checks its towers' losses and gradient norms. Saves every
-    `save_checkpoint_steps` / `save_interval_secs`, at the end and on SIGINT/SIGTERM, each time
-    after checking that every variable is finite: a checkpoint never holds NaN or Inf. When
-    training diverges, the checkpoints written since the divergence began are set aside
-    (run.health.HealthRecords.last_healthy) and it stops with guards.DivergenceError
-    naming the step, the last healthy checkpoint and those set aside, or, with
-    `loop.on_nan='rollback'`, goes back to the last healthy checkpoint (or the weights a
-    fresh run started from) and on with the next batches.
+    variables, then runs `make_initializer()`'s initializer (made while the graph is built;
+    e.g. a pretrained model's restore). Each step runs the train op of the plan's current stage
+    and checks the towers' losses and gradient norms. Saves every `save_checkpoint_steps` /
+    `save_interval_secs`, at the end and on SIGINT/SIGTERM, each time after checking that every
+    variable is finite. When training diverges, the checkpoints written since the divergence
+    began are set aside (run.health.HealthRecords.last_healthy) and it stops with
+    guards.DivergenceError naming them and the last healthy one, or, with
+    `loop.on_nan='rollback'`, goes back to the last healthy checkpoint (or the weights a fresh
+    run started from) and on with the next batches.
 
     Args:
       build_graph: callable() -> step_graph.TrainGraph, called inside a fresh default graph.
@@ -74,17 +81,14 @@ def run_training(build_graph, session_config, loop, make_initializer=None, log=p
       make_initializer: optional callable() -> callable(session), for a fresh start only.
       worker: WorkerHooks; None trains on this machine alone. A non-chief worker neither reads
         nor writes `train_dir`: it waits for the chief to initialize the shared variables.
-      validation: validation.in_training.TrainingValidation, or None: scores the checkpoint
-        saved at each step it is due for and at the end; it may stop the run early.
-      startup: startup_clock.StartupClock of the start so far (None: counted from this call);
-        its line is logged after the first step.
+      companions: LoopCompanions: validation, and the start-up clock.
 
-    Returns:
-      TrainResult. Raises guards.DivergenceError, and
-      checkpoint_io.CheckpointError when no checkpoint restores or one cannot be written.
+    Returns TrainResult. Raises guards.DivergenceError, and checkpoint_io.CheckpointError
+    when no checkpoint restores or one cannot be written.
     """
     worker = worker or hooks_lib.WorkerHooks()
-    clock = startup or startup_clock.StartupClock()
+    companions = dataclasses.replace(companions,
+                                     startup=companions.startup or first_step.StartupClock())
     run_dir = RunDirectory(loop.train_dir)
     checkpoint = None
     if worker.is_chief:
@@ -93,46 +97,44 @@ def run_training(build_graph, session_config, loop, make_initializer=None, log=p
         checkpoint = run_dir.newest_usable(log, set_aside=True)
     built = built_run.build_run(build_graph, loop, worker, checkpoint,
                                 make_initializer, log)
-    clock.mark("graph")
-    # The graphs' Python objects live as long as the run: frozen, the garbage collector stops
-    # rescanning them whenever work between steps (a validation) makes many short-lived objects
-    # (measured on the demo: 0.383 -> 0.365 s a step after validations, as without them).
+    companions.startup.mark("graph")
+    # The graphs' objects live as long as the run: frozen, the collector stops rescanning them
+    # after work that makes many short-lived objects (the demo: 0.383 -> 0.365 s a step).
     gc.collect()
     gc.freeze()
     try:
         return _train_built(built, session_config, loop, checkpoint, worker, log,
-                            validation, clock)
+                            companions)
     finally:
         gc.unfreeze()
 
 
-def _train_built(built, session_config, loop, checkpoint, worker, log, validation, clock):
+def _train_built(built, session_config, loop, checkpoint, worker, log, companions):
     for name in built.train_graph.skipped_variables:
         log(f"note: no loss reaches variable {name}; it is left out of the update.")
     end_step = min(loop.max_steps, built.train_graph.plan.total_steps or loop.max_steps)
     with worker.open_session(built.graph, session_config) as session:
         try:
             step = built_run.start_session(session, built, checkpoint, worker, log)
-            clock.mark("session and restore")
+            companions.startup.mark("session and restore")
             if step >= end_step:
                 log(f"{loop.train_dir} is already at step {step}, the end of this run "
                     f"(--max_steps={loop.max_steps}); nothing to train. Raise --max_steps "
                     "or use a new --train_dir.")
                 return TrainResult(step=step, checkpoint=checkpoint)
             loop = _Loop(session, built, dataclasses.replace(loop, max_steps=end_step),
-                         worker, log, validation, clock)
+                         worker, log, companions)
             return loop.run(step, checkpoint)
         finally:
             worker.finish(session)
 
 
 class _Loop:
-    """One run of the training loop over an open session: steps, logs, summaries, the
-    divergence checks, rollbacks and checkpoints."""
+    """One run of the loop over an open session: steps, logs, summaries, checks, saves."""
 
-    def __init__(self, session, built, loop, worker, log, validation, clock):
+    def __init__(self, session, built, loop, worker, log, companions):
         self.session, self.saver, self.graph = session, built.saver, built.train_graph
-        self.clock_of_start = clock
+        validation, self.clock_of_start = companions.validation, companions.startup
         self.loop, self.worker, self.log = loop, worker, log
         self.validation, self.health = validation, built.health
         self.run_dir = RunDirectory(loop.train_dir)
@@ -185,7 +187,7 @@ class _Loop:
                     if ended:
                         break
                     self._maybe_log(step, cadences, result)
-                    self._log_startup()
+                    self.clock_of_start.first_step_ended(self.log)
                     validate = self.validation is not None and self.validation.due(step)
                     if cadences.checkpoint.check_and_mark(step, time.time()) or validate:
                         result.checkpoint, saved_step = self._save(step), step
@@ -205,13 +207,6 @@ class _Loop:
                 self._validate(result, cadences)
             result.stopped_by_signal = stop.signal_number
         return result
-
-    def _log_startup(self):
-        """The start-up line, once: after the first step of this start."""
-        if not self.clock_of_start.logged:
-            self.clock_of_start.mark("first step")
-            self.clock_of_start.logged = True
-            self.log(self.clock_of_start.line())
 
     def _validate(self, result, cadences):
         """Validates the checkpoint just saved; returns whether early stopping ends the run."""

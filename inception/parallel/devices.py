@@ -23,6 +23,7 @@ import tensorflow as tf
 from inception.config import recipe
 from inception.config import rules
 from inception.parallel import all_reduce as all_reduce_lib
+from inception.parallel import grappler
 from inception.parallel import hardware
 from inception.parallel import precision as precision_lib
 from inception.parallel.hardware import PlacementError
@@ -140,7 +141,7 @@ def session_config(placement, intra_op_threads=0, inter_op_threads=0):
                              inter_op_parallelism_threads=inter_op_threads)
     if placement.device_type == "cpu":
         config.device_count["CPU"] = placement.num_towers
-        return lean_cpu_rewrites(config)
+        return grappler.lean_cpu_rewrites(config)
     split = _logical_configuration(placement)
     if split is None:
         config.gpu_options.allow_growth = True
@@ -148,24 +149,6 @@ def session_config(placement, intra_op_threads=0, inter_op_threads=0):
     for _ in range(placement.physical_gpus):
         config.gpu_options.experimental.virtual_devices.add(
             memory_limit_mb=[float(device.memory_limit) for device in split])
-    return config
-
-
-def lean_cpu_rewrites(config):
-    """Turns off in `config` the Grappler work that costs CPU towers seconds at each new set of
-    fetches (the first step, the first without summaries, each evaluation) and changes nothing
-    there: a second pass of every optimizer, the memory optimizer (swaps to the host and
-    recomputes, for GPUs short of memory), conditional code motion, implementation selection
-    and loop hoisting (this graph has no loops or alternative implementations). Measured on a
-    2-core CPU (bench/startup.py): the tiny Inception of 2 towers' optimization 12 s -> 5 s, its
-    checkpoints bit-identical. GPU sessions keep TensorFlow's defaults: on a GPU the layout pass
-    and the memory optimizer earn their time. Returns `config`."""
-    rewrite = config.graph_options.rewrite_options
-    rewrite.meta_optimizer_iterations = rewrite.ONE
-    rewrite.memory_optimization = rewrite.NO_MEM_OPT
-    rewrite.experimental_conditional_code_motion = rewrite.OFF
-    rewrite.implementation_selector = rewrite.OFF
-    rewrite.loop_optimization = rewrite.OFF
     return config
 
 
@@ -306,4 +289,4 @@ def evaluation_session_config():
     configure_gpus(plan_towers(None, hardware.count_gpus()))
     config = tf1.ConfigProto(allow_soft_placement=True)
     config.gpu_options.allow_growth = True
-    return config if hardware.count_gpus() else lean_cpu_rewrites(config)
+    return config if hardware.count_gpus() else grappler.lean_cpu_rewrites(config)

@@ -153,6 +153,16 @@ class CliTest(unittest.TestCase):
         self.assertEqual(completed.stderr, "")
 
 
+class ProgramCommandTest(unittest.TestCase):
+
+    def test_the_next_command_is_started_the_way_this_one_was(self):
+        with mock.patch.dict(os.environ, {"INCEPTION_LAUNCHER": "bin/inception"}):
+            self.assertEqual(cli.program_command("eval"), "bin/inception eval")
+        with mock.patch.dict(os.environ):
+            os.environ.pop("INCEPTION_LAUNCHER", None)
+            self.assertEqual(cli.program_command("eval"), "bin/bazel run //inception:eval --")
+
+
 class StopDeadlineTest(unittest.TestCase):
     """A SIGTERM to a process whose main thread never gets back to look at it (as in a step
     that waits for a lost peer: here a sleep the recording handler does not end)."""

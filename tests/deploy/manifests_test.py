@@ -2,7 +2,9 @@
 trainer has, and agree on the image, port, restart code and shared volume; the environment each
 scheduler gives a task describes the cluster it should. Each manifest lets only its job's own
 pods reach them (a NetworkPolicy), and runs them as a user and group other than root, without
-privileges or capabilities, under the runtime's default seccomp profile (docs/ports.md)."""
+privileges or capabilities, under the runtime's default seccomp profile, on a read-only root
+filesystem (docs/ports.md); each starts the trainer the way the Dockerfile's image does, with
+bin/inception and no Bazel."""
 
 import copy
 import json
@@ -19,6 +21,8 @@ from inception.config import cluster as cluster_lib
 from inception.config import recovery
 
 DEPLOY = os.path.join(os.path.dirname(__file__), "..", "..", "deploy")
+DOCKERFILE = os.path.join(os.path.dirname(__file__), "..", "..", "Dockerfile")
+LAUNCHER = "bin/inception"
 # The exit statuses Kubeflow's training operator retries under restartPolicy ExitCode
 # (pkg/util/train/train_util.go: IsRetryableExitCode); everything else is permanent.
 KUBEFLOW_RETRYABLE = {130, 137, 143, 138}
@@ -70,9 +74,8 @@ def check_only_the_job_reaches_its_pods(test, name, label, ports):
 def check_locked_down(test, pod):
     """Checks that `pod` (a pod template's spec) runs as a user and group other than root, with
     the runtime's default seccomp profile, and every container of it (init containers too, if
-    any) without privilege escalation, capabilities or privileged mode. The root filesystem may
-    stay writable: the containers start the trainer through `bin/bazel run`, which writes under
-    $HOME/.cache at every start."""
+    any) without privilege escalation, capabilities or privileged mode, on a read-only root
+    filesystem with /tmp an emptyDir of the pod's own."""
     security = pod["securityContext"]
     test.assertIs(security["runAsNonRoot"], True)
     test.assertGreater(security["runAsUser"], 0)
@@ -85,6 +88,10 @@ def check_locked_down(test, pod):
             test.assertIs(restricted["allowPrivilegeEscalation"], False)
             test.assertEqual(restricted["capabilities"], {"drop": ["ALL"]})
             test.assertIs(restricted.get("privileged", False), False)
+            test.assertIs(restricted["readOnlyRootFilesystem"], True)
+            mounts = {mount["mountPath"]: mount["name"] for mount in each["volumeMounts"]}
+            volumes = {volume["name"]: volume for volume in pod["volumes"]}
+            test.assertEqual(volumes[mounts["/tmp"]].get("emptyDir"), {})
             # Nothing in a container may undo the pod's user, group or seccomp profile.
             for key in ("runAsUser", "runAsGroup", "runAsNonRoot", "seccompProfile"):
                 test.assertEqual(restricted.get(key, security[key]), security[key], key)
@@ -216,6 +223,13 @@ class AgreementTest(unittest.TestCase):
         tfjob = tfjob_pod["containers"][0]
         self.assertEqual(jobset["image"], tfjob["image"])
         self.assertEqual(jobset["command"], tfjob["command"])
+        # The image's launcher, from the image's working directory, as its entry point runs it.
+        with open(DOCKERFILE, encoding="utf-8") as handle:
+            dockerfile = handle.read()
+        self.assertEqual(jobset["command"], [LAUNCHER, "train"])
+        self.assertIn(f'ENTRYPOINT ["{LAUNCHER}"]', dockerfile)
+        for container in (jobset, tfjob):
+            self.assertIn(f"WORKDIR {container['workingDir']}\n", dockerfile)
         self.assertEqual(jobset["ports"][0]["containerPort"], tfjob["ports"][0]["containerPort"])
         jobset_args, tfjob_args = flag_values(jobset["args"]), flag_values(tfjob["args"])
         for name in ("train_dir", "data_dir", "batch_size", "num_gpus", "restart_exit_code"):
@@ -229,6 +243,7 @@ class AgreementTest(unittest.TestCase):
             script = handle.read()
         self.assertEqual(int(re.search(r"^RESTART_EXIT_CODE=(\d+)$", script, re.M).group(1)),
                          RESTART)
+        self.assertIn(f"TRAIN=${{INCEPTION_TRAIN:-{LAUNCHER} train}}", script)
         slurm = dict(re.findall(r"--(\w+)=([^\s'\"\\]+)", script))
         self.assertEqual(slurm["cluster_port"], jobset_args["cluster_port"])
         for name in ("train_dir", "data_dir", "batch_size", "num_gpus"):

@@ -17,8 +17,10 @@ from tests import slurm_lab
 from tests import testing_utils
 from tests.distributed import local_cluster
 
-SCRIPT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "deploy", "slurm",
-                                      "train.sbatch"))
+# The checkout this file lies in (through Bazel's runfiles links): the job runs from it, as the
+# script asks, and starts the trainer with its bin/inception.
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+SCRIPT = os.path.join(CHECKOUT, "deploy", "slurm", "train.sbatch")
 DATA = testing_utils.DemoData(train=24, validation=10)
 STEPS = 20
 TRAIN_FLAGS = ("--dataset=demo", *testing_utils.tiny_flags(aux_head=True), "--num_gpus=1",
@@ -65,15 +67,16 @@ class SlurmScriptTest(unittest.TestCase):
         local_cluster.assert_same_checkpoints(self, train_dir, straight_dir)
 
     def submit(self, slurm, train_dir, job_dir):
-        """Submits the script as shipped to 2 nodes, the trainer started from this process's
-        Python, from `job_dir`; returns (the job's id, the path of its output)."""
+        """Submits the script as shipped to 2 nodes from the checkout, its trainer started by
+        bin/inception in this process's Python environment; returns (the job's id, the path
+        of its output, in `job_dir`)."""
         output = os.path.join(job_dir, "job.out")
         env = slurm.env()
-        env.update(PYTHONPATH=os.pathsep.join(sys.path), TF_CPP_MIN_LOG_LEVEL="2",
-                   INCEPTION_TRAIN=f"{sys.executable} -m inception.train")
+        env.pop("INCEPTION_TRAIN", None)
+        env.update(INCEPTION_VENV=sys.prefix, TF_CPP_MIN_LOG_LEVEL="2")
         submitted = slurm.run(
             ["sbatch", "--nodes=2", "--gpus-per-node=0", f"--output={output}",
-             f"--chdir={job_dir}", SCRIPT, f"--data_dir={DATA.path}", f"--train_dir={train_dir}",
+             f"--chdir={CHECKOUT}", SCRIPT, f"--data_dir={DATA.path}", f"--train_dir={train_dir}",
              *TRAIN_FLAGS], env=env)
         return re.search(r"Submitted batch job (\d+)", submitted).group(1), output
 

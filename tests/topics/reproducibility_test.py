@@ -16,6 +16,7 @@ from absl.testing import absltest
 from PIL import Image
 
 from inception.config import settings as settings_lib
+from inception.driver import determinism
 from inception.driver import launch
 from inception.run.directory import RunDirectory
 from tests import testing_utils
@@ -109,7 +110,7 @@ class DeterministicTest(unittest.TestCase):
 
     def test_op_determinism_is_on_during_the_run_only(self):
         from tensorflow.python.framework import config  # pylint: disable=import-outside-toplevel
-        with launch.op_determinism(True):
+        with determinism.op_determinism(True):
             self.assertTrue(config.is_op_determinism_enabled())
         self.assertFalse(config.is_op_determinism_enabled())
 
@@ -117,12 +118,12 @@ class DeterministicTest(unittest.TestCase):
         error = tf.errors.UnimplementedError(
             None, None, "Deterministic GPU implementation of unsorted segment reduction op not "
             "available.\n\t [[{{node UnsortedSegmentSum}}]]")
-        explained = launch.explain_determinism(error)
+        explained = determinism.explain_determinism(error)
         self.assertIsInstance(explained, settings_lib.SettingsError)
         self.assertNotIn("\n", str(explained))
         self.assertIn("unsorted segment reduction op", str(explained))
         self.assertIn("drop --deterministic", str(explained))
-        self.assertIsNone(launch.explain_determinism(tf.errors.UnimplementedError(
+        self.assertIsNone(determinism.explain_determinism(tf.errors.UnimplementedError(
             None, None, "something else")))
 
 

@@ -47,6 +47,13 @@ class StartupClock:
         self.parts.append((part, now - self.last))
         self.last = now
 
+    def first_step_ended(self, log):
+        """Marks the first step's end and logs the line, on the first call only."""
+        if not self.logged:
+            self.mark("first step")
+            self.logged = True
+            log(self.line())
+
     def line(self):
         """The start-up line: the total and each part, in order."""
         total = sum(seconds for _, seconds in self.parts)

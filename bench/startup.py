@@ -49,9 +49,10 @@ class Task:
     """One process of the entry point from `tree`, its output read line by line with the
     seconds since its start."""
 
-    def __init__(self, tree, args):
+    def __init__(self, tree, args, extra_env=None):
         env = dict(os.environ, PYTHONPATH=tree, TF_CPP_MIN_LOG_LEVEL="2",
-                   CUDA_VISIBLE_DEVICES=os.environ.get("CUDA_VISIBLE_DEVICES", ""))
+                   CUDA_VISIBLE_DEVICES=os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+                   **(extra_env or {}))
         self.started = time.monotonic()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "inception.train", *args], cwd=tree, env=env,
@@ -117,9 +118,9 @@ def demo(tree, work):
 def own_images(tree, work, folder, train_dir):
     """A try on a folder of images with the quick-look settings into `train_dir`, its shards
     cached under `work` (built by the first start, found by the next)."""
-    os.environ["INCEPTION_CACHE_DIR"] = os.path.join(work, "cache")
     task = Task(tree, [f"--data_dir={folder}", f"--train_dir={os.path.join(work, train_dir)}",
-                       *QUICK, "--validation_fraction=0.25", EVERY_STEP])
+                       *QUICK, "--validation_fraction=0.25", EVERY_STEP],
+                {"INCEPTION_CACHE_DIR": os.path.join(work, "cache")})
     try:
         return time_starts([task])
     finally:
@@ -185,7 +186,6 @@ def one_round(trees, data_dir, folder):
             fresh, restarted = cluster_and_restart(tree, work, data_dir)
             measured.setdefault("2-worker cluster", {})[name] = fresh
             measured.setdefault("2-worker cluster restarted", {})[name] = restarted
-            os.environ.pop("INCEPTION_CACHE_DIR", None)
     return measured
 
 

@@ -50,27 +50,50 @@ def train(name, **overrides):
 
 class ValidationInTrainingTest(unittest.TestCase):
 
-    def test_a_target_accuracy_stops_the_run_at_the_first_validation_reaching_it(self):
-        result, lines, _ = train("target", eval_every_n_steps=2, target_accuracy=0.01,
-                                 max_steps=6)
+    def test_a_target_accuracy_stops_the_run_and_resuming_keeps_the_record(self):
+        result, lines, train_dir = train("target", eval_every_n_steps=2, target_accuracy=0.01,
+                                         max_steps=6)
         self.assertEqual((result.step, result.stopped_early), (2, True))
         reached = [line for line in lines if line.startswith("reached precision@1 0.01 at step 2 "
                                                              "after ")]
         self.assertEqual(len(reached), 1, lines)
+        first = best_lib.BestCheckpoint(train_dir).read()
+        self.assertEqual(first.step, 2)
 
-    def test_same_scores_as_the_eval_job_and_the_same_training(self):
-        result, lines, train_dir = train("validated", eval_every_n_steps=2)
-        steps = [int(m.group(1)) for m in map(re.compile(r"validation at step (\d+) ").match,
-                                              lines) if m]
-        self.assertEqual(steps, [2, 4])
+        # Resumed without the target, to the next validation.
+        launch.train(settings_lib.train_settings(
+            **dict(TINY, train_dir=train_dir, data_dir=DATA.path, max_steps=4,
+                   eval_every_n_steps=2)), log=lambda line: None)
+        record = best_lib.BestCheckpoint(train_dir).read()
+        if record.step == 2:  # step 4 was no better: counted against the old record
+            self.assertEqual(record.evals_without_improvement, 1)
+            self.assertEqual(record.value, first.value)
+        else:
+            self.assertEqual(record.step, 4)
+            self.assertGreater(record.value, first.value)
+
+    def test_same_scores_as_the_eval_job_the_same_training_and_the_best_kept(self):
+        """One validated run checked three ways: its scores against the eval job's, its weights
+        against a run without validation, and its best checkpoint (by loss) kept apart from
+        --keep_checkpoints=1's rotation and exported once per new best."""
+        export_dir = testing_utils.temp_dir("best_exports")
+        result, lines, train_dir = train("validated", max_steps=6, eval_every_n_steps=2,
+                                         keep_checkpoints=1, best_metric="loss",
+                                         export_best_dir=export_dir)
+        self.assertEqual(result.step, 6)
+        self.check_scores(result, train_dir)
+        self.check_training(train_dir)
+        self.check_best(lines, train_dir, export_dir)
+
+    def check_scores(self, result, train_dir):
+        """Validations at steps 2, 4 and 6 score as the eval job does on the newest."""
         validated = result.last_validation
-        self.assertEqual(validated.step, 4)
+        self.assertEqual(validated.step, 6)
         self.assertEqual(validated.num_examples, 10)
-
         evaluated, = job.run_evaluation(settings_lib.EvalSettings(
             checkpoint_dir=train_dir, run_once=True, batch_size=4,
             eval_dir=testing_utils.temp_dir("eval_job")), log=lambda line: None)
-        self.assertEqual(evaluated.step, 4)
+        self.assertEqual(evaluated.step, 6)
         # The same graph on the same examples and weights: counts agree exactly; the loss sum
         # only up to float32 rounding of differently threaded sessions (a few ulps).
         self.assertEqual(evaluated.precision_at_1, validated.precision_at_1)
@@ -79,12 +102,14 @@ class ValidationInTrainingTest(unittest.TestCase):
         self.assertAlmostEqual(evaluated.loss, validated.loss, delta=1e-5 * validated.loss)
 
         scalars = testing_utils.read_scalars(os.path.join(train_dir, "eval_validation"))
-        self.assertEqual([step for step, _ in scalars["metrics/precision_at_1"]], [2, 4])
-        for step in (2, 4):
+        self.assertEqual([step for step, _ in scalars["metrics/precision_at_1"]], [2, 4, 6])
+        for step in (2, 4, 6):
             self.assertTrue(os.path.exists(os.path.join(train_dir, "eval_validation",
                                                         f"per_class-{step}.csv")))
 
-        _, _, plain_dir = train("not_validated", eval_every_n_steps=0)
+    def check_training(self, train_dir):
+        """The validated run trained as a run without validation does."""
+        _, _, plain_dir = train("not_validated", max_steps=6, eval_every_n_steps=0)
         self.assertFalse(os.path.exists(os.path.join(plain_dir, "eval_validation")))
         with_validation = testing_utils.read_scalars(train_dir)["loss/mean_loss"]
         without = testing_utils.read_scalars(plain_dir)["loss/mean_loss"]
@@ -97,11 +122,8 @@ class ValidationInTrainingTest(unittest.TestCase):
         np.testing.assert_allclose([loss for _, loss in with_validation],
                                    [loss for _, loss in without], rtol=1e-6)
 
-    def test_the_best_checkpoint_survives_keep_checkpoints_and_is_exported_once_per_best(self):
-        export_dir = testing_utils.temp_dir("best_exports")
-        result, lines, train_dir = train("kept", max_steps=6, eval_every_n_steps=2,
-                                         keep_checkpoints=1, best_metric="loss",
-                                         export_best_dir=export_dir)
+    def check_best(self, lines, train_dir, export_dir):
+        """The best checkpoint survives the rotation and is exported once per new best."""
         losses = {int(m.group(1)): float(m.group(2)) for m in map(re.compile(
             r"validation at step (\d+) .*loss = (\d+\.\d+)").match, lines) if m}
         self.assertEqual(sorted(losses), [2, 4, 6])
@@ -122,23 +144,6 @@ class ValidationInTrainingTest(unittest.TestCase):
             eval_dir=testing_utils.temp_dir("eval_best")), log=lambda line: None)
         # As above: the same examples and weights, the loss summed in float32 by other threads.
         self.assertAlmostEqual(rescored.loss, record.value, delta=1e-5 * record.value)
-        self.assertEqual(result.step, 6)
-
-    def test_resuming_keeps_the_record(self):
-        _, _, train_dir = train("resumed", max_steps=2, eval_every_n_steps=2)
-        first = best_lib.BestCheckpoint(train_dir).read()
-        self.assertEqual(first.step, 2)
-        lines = []
-        launch.train(settings_lib.train_settings(
-            **dict(TINY, train_dir=train_dir, data_dir=DATA.path, max_steps=4,
-                   eval_every_n_steps=2)), log=lines.append)
-        record = best_lib.BestCheckpoint(train_dir).read()
-        if record.step == 2:  # step 4 was no better: counted against the old record
-            self.assertEqual(record.evals_without_improvement, 1)
-            self.assertEqual(record.value, first.value)
-        else:
-            self.assertEqual(record.step, 4)
-            self.assertGreater(record.value, first.value)
 
     def test_without_validation_shards_it_stops_before_training_saying_what_to_do(self):
         data_dir = testing_utils.temp_dir("train_shards_only")

@@ -4,7 +4,7 @@ tf-slim's own batch norm (logits, gradients, moving statistics), with the variab
 device and replicated; without synchronization the 4 towers differ from it (the check can
 fail). Also: the same variables under the same names, groups of 2, and micro-batches. The
 tight comparison is on a small batch-norm model; the tiny Inception (which amplifies rounding
-through its depth) within a looser bound."""
+through its depth), on 2 towers, within a looser bound."""
 
 import functools
 import unittest
@@ -40,7 +40,9 @@ TOLERANCE = 2e-5
 # already differs by 1.1e-3 in the logits (each layer's output agrees to 1e-6 relative at the
 # first layer and the gap doubles every few layers). Measured on a Xeon with AMX, 4 synced
 # towers against one device: logits 6.4e-4, moving statistics 1.9e-4, gradients 0.83 (of
-# gradients up to 32); unsynchronized towers: 2.6, 2.9 and 235.
+# gradients up to 32); unsynchronized towers: 2.6, 2.9 and 235. The test takes 2 towers (on a
+# Xeon with AVX-512: synced 5.3e-4, 1.7e-4, 0.83; unsynchronized 3.5, 1.6 and 66, a gap of
+# batch statistics over 8 examples instead of 16, not of rounding).
 INCEPTION_TOLERANCE = 1e-2
 INCEPTION_GRADIENT_TOLERANCE = 5.0
 
@@ -165,9 +167,9 @@ class SmallModelTest(unittest.TestCase):
 
 
 class TinyInceptionTest(unittest.TestCase):
-    """The real network: synced towers as one device, within its amplified rounding."""
+    """The real network: 2 synced towers as one device, within its amplified rounding."""
 
-    def test_four_synced_towers_near_one_device_unsynced_far(self):
+    def test_two_synced_towers_near_one_device_unsynced_far(self):
         checkpoint = testing_utils.save_initial_weights(ONE, testing_utils.cpu_session_config(4))
 
         def step(devices, groups=None):
@@ -175,13 +177,14 @@ class TinyInceptionTest(unittest.TestCase):
                 network.make_model_fn, TINY,
                 options=network.TowerOptions(batch_norm_groups=groups)),
                             fixed_batch(TINY.image_size), checkpoint=checkpoint)
-        reference, synced, unsynced = step(ONE), step(FOUR, groups_of(4, 4)), step(FOUR)
+        # Two towers: the tiny Inception's graph costs about 10 s of CPU per tower to build.
+        reference, synced, unsynced = step(ONE), step(TWO, groups_of(2, 2)), step(TWO)
         self.assertEqual(synced[3], reference[3])  # the same variables, the same names
         np.testing.assert_allclose(synced[0], reference[0], rtol=0, atol=INCEPTION_TOLERANCE)
         self.assertLess(largest_gap(synced[2], reference[2]), INCEPTION_TOLERANCE)
         self.assertLess(largest_gap(synced[1], reference[1]), INCEPTION_GRADIENT_TOLERANCE)
         self.assertGreater(largest_gap(unsynced[1], reference[1]),
-                           10 * INCEPTION_GRADIENT_TOLERANCE)
+                           5 * INCEPTION_GRADIENT_TOLERANCE)
         self.assertGreater(np.max(np.abs(unsynced[0] - reference[0])), 10 * INCEPTION_TOLERANCE)
         self.assertGreater(largest_gap(unsynced[2], reference[2]), 10 * INCEPTION_TOLERANCE)
 

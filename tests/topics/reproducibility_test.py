@@ -21,15 +21,12 @@ from inception.driver import launch
 from inception.run.directory import RunDirectory
 from tests import testing_utils
 
-# 24 training images at a global batch of 4: an epoch is 6 steps, so the run stopped after step
-# 10 resumes inside the second epoch, and both end at step 30, inside the fifth.
+# 24 training images. Each run stops after update 5 and ends at update 8: an epoch is 3 updates
+# of 2 x 4 examples with accumulation, and 2 steps on the folder (8 of its 12 images train), so
+# both stop inside an epoch and cross an epoch's end after the resume.
 TINY = dict(**testing_utils.tiny_model(aux_head=True), batch_size=4, num_towers=2, seed=7,
             log_every_n_steps=1, eval_every_n_steps=0, save_checkpoint_steps=100)
-STOP_AFTER, END = 10, 30
-# The variants stop after update 5 and end at update 8, at a quarter of the updates: an epoch is
-# 3 updates of 2 x 4 examples with accumulation, and 2 steps on the folder (8 of its 12 images
-# train), so both stop inside an epoch and cross an epoch's end after the resume.
-SHORT = dict(stop_after=5, end=8)
+STOP_AFTER, END = 5, 8
 DATA = testing_utils.DemoData(train=24, validation=10)
 
 
@@ -88,22 +85,18 @@ class ExactResumeTest(unittest.TestCase):
         self.assertEqual(differ, [], f"{len(differ)} of {len(expected)} tensors differ")
         return straight_lines
 
-    def test_shards_deterministic_without_a_seed(self):
+    def test_shards_deterministic_without_a_seed_accumulating_across_a_rotation(self):
+        # Checkpoints every 2 updates, 2 kept: the one resumed from (5) is rotated away at 8.
         lines = self.assert_resume_is_exact("shards", seed=None, deterministic=True,
-                                            mixup_alpha=0.2)
+                                            accumulate_steps=2, mixup_alpha=0.2,
+                                            save_checkpoint_steps=2, keep_checkpoints=2)
         self.assertTrue(any("seed 0, deterministic ops" in line for line in lines), lines)
-
-    def test_accumulation_with_mixup_across_a_checkpoint_rotation(self):
-        # Checkpoints every 2 steps, 2 kept: the one resumed from (5) is rotated away at 8.
-        self.assert_resume_is_exact("accumulated", accumulate_steps=2, mixup_alpha=0.2,
-                                    save_checkpoint_steps=2, keep_checkpoints=2, **SHORT)
 
     def test_a_folder_of_images(self):
         cache = testing_utils.temp_dir("reproducibility_cache")
         with mock.patch.dict(os.environ, {"INCEPTION_CACHE_DIR": cache}):
             folder = image_folder(testing_utils.temp_dir("reproducibility_folder"))
-            self.assert_resume_is_exact("folder", data_dir=folder, validation_fraction=0.25,
-                                        **SHORT)
+            self.assert_resume_is_exact("folder", data_dir=folder, validation_fraction=0.25)
 
 
 class DeterministicTest(unittest.TestCase):

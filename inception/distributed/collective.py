@@ -71,8 +71,9 @@ class CollectiveWorker(ClusterMember):
     @staticmethod
     def variable_sharing(placement):
         """Replicated variables, the all-reduce spanning every worker (the placement's spec
-        has their number); the update needs no wrapper: the all-reduce makes it synchronous."""
-        return sharing.AllReduceCluster(placement.tower_devices, placement.all_reduce)
+        has their number); the update needs no wrapper: the all-reduce makes it synchronous.
+        A cluster shrunk to one worker replicates over its own towers alone."""
+        return sharing.for_devices(placement.tower_devices, placement.all_reduce)
 
     def device_scope(self):
         """Everything, variables included, on this worker."""

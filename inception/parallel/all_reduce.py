@@ -184,7 +184,10 @@ def broadcast_variables(variables, device, num_workers, is_source, keys):
     (the chief's, after it initialized or restored them): each worker builds it once, with the
     same variables in the same order (on `device`, one per worker) and is_source True on the
     source alone. Variables of one dtype travel packed, in buffers of at most
-    BROADCAST_BUFFER_ELEMENTS elements."""
+    BROADCAST_BUFFER_ELEMENTS elements. A cluster of one worker (one left after a resize) has
+    nobody to send to: no op."""
+    if num_workers == 1:
+        return tf.no_op(name="broadcast_variables")
     by_dtype = {}
     for variable in variables:
         by_dtype.setdefault(variable.dtype.base_dtype, []).append(variable)
@@ -217,7 +220,9 @@ def broadcast_variables(variables, device, num_workers, is_source, keys):
 
 def sum_over_workers(tensor, device, num_workers, keys):
     """`tensor` (on `device`, one per worker) summed over the workers of a cluster, on every
-    worker: one collective of the worker group."""
+    worker: one collective of the worker group (the tensor itself for a cluster of one)."""
     with tf.device(device):
+        if num_workers == 1:
+            return tf.identity(tensor, name="sum_over_workers")
         return collective_sum(tensor, num_workers, WORKER_GROUP_KEY, keys.next(),
                               name="sum_over_workers")

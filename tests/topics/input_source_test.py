@@ -3,11 +3,9 @@
 point) within a minute in one line with its last checkpoint intact, a lost worker of two not
 stopping it, --synthetic_input and the refusals."""
 
-import functools
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -24,7 +22,8 @@ from inception.inputs import service
 from inception.run.directory import SETTINGS_FILE
 from tests import testing_utils
 
-TINY = dict(**testing_utils.tiny_model(), batch_size=4, num_towers=2, seed=3,
+# One tower: where the batches come from does not depend on the towers.
+TINY = dict(**testing_utils.tiny_model(), batch_size=4, num_towers=1, seed=3,
             log_every_n_steps=1, save_checkpoint_steps=2, dataset="demo")
 DATA = testing_utils.DemoData(train=24, validation=8)
 
@@ -68,10 +67,9 @@ def wait_for_line(path, process, text, timeout):
         time.sleep(0.5)
 
 
-@functools.lru_cache(maxsize=None)
 def two_worker_run():
-    """8 steps fed by a service of two workers, the first stopped after step 2; run once per
-    process for the two tests that read it: (TrainResult, log lines, the dispatcher's address)."""
+    """8 steps fed by a service of two workers, the first stopped after step 2: (TrainResult,
+    log lines, the dispatcher's address)."""
     dispatcher, workers = start_service(2)
 
     def stop_one_at_step_2(line):
@@ -88,16 +86,6 @@ def two_worker_run():
 
 class InputServiceTrainingTest(unittest.TestCase):
 
-    def test_the_service_feeds_training_and_the_log_says_so(self):
-        # The run of test_a_lost_worker_of_two_does_not_stop_training: fed by the service
-        # throughout, by one worker after step 2.
-        result, lines, target = two_worker_run()
-        self.assertEqual(result.step, 8)
-        self.assertTrue(any(f": input: from the tf.data service at {target}, job "
-                            in line for line in lines), lines)
-        # The service's reads are timed like the local pipeline's (loop/feed_wait.py).
-        self.assertTrue(any("input wait" in line for line in loss_lines(lines)), lines)
-
     def test_a_lost_service_ends_training_within_a_minute_in_one_line(self):
         """The real entry point with the default timeouts, its service's one worker stopped
         after step 2 (the dispatcher still lists it): the step's watch finds no worker
@@ -109,7 +97,7 @@ class InputServiceTrainingTest(unittest.TestCase):
         flags = [f"--{name}={value}" for name, value in TINY.items()
                  if name not in ("num_towers", "image_size", "depth_multiplier")]
         flags += testing_utils.tiny_flags() + [
-            "--num_gpus=2", f"--train_dir={train_dir}", f"--data_dir={DATA.path}",
+            "--num_gpus=1", f"--train_dir={train_dir}", f"--data_dir={DATA.path}",
             "--max_steps=100000", "--eval_every_n_steps=0",
             f"--input_service={dispatcher.target}"]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), TF_CPP_MIN_LOG_LEVEL="2")
@@ -139,33 +127,27 @@ class InputServiceTrainingTest(unittest.TestCase):
         self.assertIsNotNone(checkpoint)
         testing_utils.assert_finite_checkpoint(self, checkpoint)
 
-    def test_a_lost_worker_of_two_does_not_stop_training(self):
-        result, _, _ = two_worker_run()
-        self.assertEqual(result.step, 8)
-
-
-@functools.lru_cache(maxsize=None)
-def synthetic_run():
-    """6 steps on --synthetic_input, run once for the tests that read it (one copies its
-    directory before changing it): (TrainResult, log lines, train_dir)."""
-    return train("synthetic", synthetic_input=True, max_steps=6)
+    def test_the_service_feeds_training_and_a_lost_worker_of_two_does_not_stop_it(self):
+        result, lines, target = two_worker_run()
+        self.assertEqual(result.step, 8)  # fed by the service throughout, by one worker after 2
+        self.assertTrue(any(f": input: from the tf.data service at {target}, job "
+                            in line for line in lines), lines)
+        # The service's reads are timed like the local pipeline's (loop/feed_wait.py).
+        self.assertTrue(any("input wait" in line for line in loss_lines(lines)), lines)
 
 
 class SyntheticInputTest(unittest.TestCase):
 
-    def test_synthetic_input_trains_and_the_log_says_so(self):
-        result, lines, _ = synthetic_run()
+    def test_synthetic_input_trains_says_so_and_keeps_its_run_directory_to_itself(self):
+        """6 steps on random input; then checkpoints trained on random input are not resumed on
+        the data set's, nor the reverse, and each refusal leaves the directory as it was."""
+        result, lines, train_dir = train("synthetic", synthetic_input=True, max_steps=6)
         self.assertEqual(result.step, 6)
         self.assertTrue(any("input: synthetic" in line for line in lines), lines)
         # No input is read, so none is waited for: the loss lines say nothing of it.
         self.assertTrue(loss_lines(lines), lines)
         self.assertFalse([line for line in loss_lines(lines) if "input wait" in line], lines)
 
-    def test_a_run_directory_keeps_its_kind_of_input(self):
-        """Checkpoints trained on random input are not resumed on the data set's, nor the
-        reverse; each refusal leaves the directory as it was."""
-        train_dir = testing_utils.temp_dir("synthetic_kept")
-        shutil.copytree(synthetic_run()[2], train_dir, dirs_exist_ok=True)
         settings_path = os.path.join(train_dir, SETTINGS_FILE)
         with open(settings_path, encoding="utf-8") as stored:
             written = stored.read()
@@ -173,7 +155,7 @@ class SyntheticInputTest(unittest.TestCase):
         with self.assertRaisesRegex(settings_lib.SettingsError,
                                     rf"^--train_dir={train_dir} holds checkpoints trained with "
                                     r"--synthetic_input \(random input, for timing\)"):
-            train("synthetic_kept", train_dir=train_dir, max_steps=4)
+            train("synthetic_kept", train_dir=train_dir, max_steps=8)
         with open(settings_path, encoding="utf-8") as stored:
             self.assertEqual(stored.read(), written)
         with open(settings_path, "w", encoding="utf-8") as stored:  # as a real run writes it
@@ -181,7 +163,7 @@ class SyntheticInputTest(unittest.TestCase):
         with self.assertRaisesRegex(settings_lib.SettingsError,
                                     rf"^--synthetic_input: --train_dir={train_dir} holds "
                                     r"checkpoints trained on the data set's images"):
-            train("synthetic_kept", train_dir=train_dir, synthetic_input=True, max_steps=4)
+            train("synthetic_kept", train_dir=train_dir, synthetic_input=True, max_steps=8)
 
 
 class RefusalTest(unittest.TestCase):

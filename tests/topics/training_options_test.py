@@ -32,7 +32,9 @@ from tests import testing_utils
 
 tf1 = tf.compat.v1
 TRAIN_EXAMPLES = 24
-TINY = dict(**testing_utils.tiny_model(), batch_size=4, num_towers=2,
+# One tower: what these options do does not depend on the towers (their sums across towers:
+# towers_test), and each tower costs a run several seconds of graph building.
+TINY = dict(**testing_utils.tiny_model(), batch_size=4, num_towers=1,
             log_every_n_steps=1, save_summaries_steps=1, save_checkpoint_steps=100,
             dataset="demo", eval_every_n_steps=0)
 DATA = testing_utils.DemoData(train=TRAIN_EXAMPLES, validation=4)
@@ -116,8 +118,8 @@ class LearningRateScalingTest(unittest.TestCase):
 
     def test_the_rate_is_the_rule_for_the_examples_of_an_update(self):
         base = BASE_RATE
-        for scaling, batch, accumulate in (("linear", 8, 2), ("sqrt", 8, 2), ("none", 4, 1),
-                                           ("linear", 4, 1)):
+        # The examples of an update count the micro-batches (sqrt), and each rule is applied.
+        for scaling, batch, accumulate in (("sqrt", 8, 2), ("none", 4, 1), ("linear", 4, 1)):
             with self.subTest(scaling=scaling, batch=batch, accumulate=accumulate):
                 if batch == 4:  # the class-weight test's two runs (first_step)
                     train_dir, lines = first_step(scaling, weighted=scaling == "linear")
@@ -157,9 +159,8 @@ class LabelSmoothingTest(unittest.TestCase):
 class ClassWeightTest(unittest.TestCase):
 
     def test_a_balanced_run_logs_its_weights_and_trains(self):
-        # One tower: the weights come from the label counts, not from the towers.
         result, lines = tiny_run(testing_utils.temp_dir("balanced"), max_steps=2,
-                                 class_weight="balanced", num_towers=1)
+                                 class_weight="balanced")
         self.assertEqual(result.step, 2)
         self.assertTrue(any(line.startswith("class weights (balanced over 5 classes of the "
                                             "training split): from ") for line in lines), lines)
@@ -182,9 +183,8 @@ class ClassWeightTest(unittest.TestCase):
             built.append(stream.sampling_weights)
             return original(stream, *args, **kwargs)
         with mock.patch.object(pipeline, "build_train_input", spy):
-            # One tower: the draws come from the label counts, not from the towers.
             result, lines = tiny_run(testing_utils.temp_dir("balanced_sampling"), max_steps=2,
-                                     balanced_sampling=True, num_towers=1)
+                                     balanced_sampling=True)
         self.assertEqual(result.step, 2)
         self.assertTrue(any(line.startswith("balanced sampling over 5 classes of the training "
                                             "split: each record drawn") for line in lines),

@@ -1,4 +1,4 @@
-"""Inception v3 across 2 towers: training only some scopes, and fine-tuning from checkpoints."""
+"""Inception v3: training only some scopes (across 2 towers), and fine-tuning from checkpoints."""
 
 import os
 import unittest
@@ -23,9 +23,11 @@ DATA = testing_utils.DemoData(train=16, validation=4)
 
 
 def options(train_dir, **overrides):
+    """Tiny run settings; one tower, as restoring does not depend on the towers (the scopes'
+    test takes two)."""
     values = dict(train_dir=train_dir, data_dir=DATA.path, dataset="demo", eval_every_n_steps=0,
                   max_steps=2,
-                  **testing_utils.tiny_model(aux_head=True), batch_size=4, num_towers=2,
+                  **testing_utils.tiny_model(aux_head=True), batch_size=4, num_towers=1,
                   save_summaries_steps=0)
     values.update(overrides)
     return settings_lib.train_settings(**values)
@@ -56,10 +58,10 @@ class TrainableScopesTest(unittest.TestCase):
 
     def test_only_head_variables_change_across_two_towers(self):
         train_dir = testing_utils.temp_dir("head_only")
-        launch.train(options(train_dir, max_steps=1, save_checkpoint_steps=1),
+        launch.train(options(train_dir, max_steps=1, save_checkpoint_steps=1, num_towers=2),
                      log=lambda line: None)
         lines = []
-        launch.train(options(train_dir, max_steps=3,
+        launch.train(options(train_dir, max_steps=3, num_towers=2,
                              plan=plans.plan_from_scopes(HEAD_SCOPES)),
                      log=lines.append)
         self.assertTrue(any("stage 'train'" in line and "InceptionV3/Logits" in line

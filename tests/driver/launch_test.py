@@ -100,7 +100,8 @@ class DamagedRecordsTest(unittest.TestCase):
         data_dir = shards_with_a_damaged_record()
         lines = []
         train_dir = testing_utils.temp_dir("damaged_run")
-        launch.train(tiny_options(train_dir, data_dir=data_dir, dataset="", max_steps=4),
+        launch.train(tiny_options(train_dir, data_dir=data_dir, dataset="", max_steps=4,
+                                  num_towers=1),  # what is read does not depend on the towers
                      log=lines.append)
         notes = [line for line in lines if "damaged input record(s) skipped so far" in line]
         self.assertTrue(notes, lines)
@@ -165,12 +166,13 @@ class BadInputTest(unittest.TestCase):
 
     def test_settings_that_contradict_the_checkpoints(self):
         train_dir = testing_utils.temp_dir("conflict")
-        launch.train(tiny_options(train_dir, max_steps=1), log=lambda line: None)
+        launch.train(tiny_options(train_dir, max_steps=1, num_towers=1), log=lambda line: None)
         with open(os.path.join(train_dir, SETTINGS_FILE), encoding="utf-8") as f:
             before = f.read()
         with self.assertRaisesRegex(checkpoint_io.CheckpointError,
                                     "trained with image_size=107, not 128"):
-            launch.train(tiny_options(train_dir, image_size=128), log=lambda line: None)
+            launch.train(tiny_options(train_dir, image_size=128, num_towers=1),
+                         log=lambda line: None)
         with open(os.path.join(train_dir, SETTINGS_FILE), encoding="utf-8") as f:
             self.assertEqual(f.read(), before)
         # Data with other labels is named in labels, not logits, with what to do instead.
@@ -182,7 +184,7 @@ class BadInputTest(unittest.TestCase):
         with self.assertRaisesRegex(checkpoint_io.CheckpointError,
                                     r"trained on 5 labels \(demo\), but this data has 6; pass "
                                     r"a new --train_dir .*--fine_tune"):
-            launch.train(tiny_options(train_dir, data_dir=relabelled, dataset=""),
+            launch.train(tiny_options(train_dir, data_dir=relabelled, dataset="", num_towers=1),
                          log=lambda line: None)
 
     def test_variables_on_a_gpu_the_machine_lacks(self):
@@ -215,7 +217,7 @@ class CommandLineTest(unittest.TestCase):
     def test_strict_input_stops_with_one_line_naming_the_file(self):
         result = self.run_train(f"--train_dir={testing_utils.temp_dir('strict')}",
                                 f"--data_dir={shards_with_a_damaged_record()}", "--strict_input",
-                                *testing_utils.tiny_flags(), "--batch_size=2",
+                                *testing_utils.tiny_flags(), "--batch_size=2", "--num_gpus=1",
                                 "--max_steps=20")
         self.assert_one_line_error(result, r'damaged or non-JPEG image "broken.jpg" in the input')
         self.assertEqual(result.returncode, 1)

@@ -45,7 +45,9 @@ CLUSTER_SEEDS = 2**31 - 1  # a cluster without --seed draws its seed below this
 
 def resolve_run(settings, log=print):
     """Checks `settings` (a TrainSettings) against the machine, `train_dir` and the data;
-    writes nothing (it sets this process's GPU options for the towers). Returns ResolvedRun.
+    writes nothing in `train_dir`, but makes what the data set needs on its first use (the
+    demo's images, a folder's cached shards) and sets this process's GPU options for the
+    towers. Returns ResolvedRun.
 
     Raises cli.UserError subclasses with a message that says what to do.
     """

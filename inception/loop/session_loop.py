@@ -181,7 +181,7 @@ class _Loop:
                 if self.graph.plan.stage_index_at(step) != stage_index:
                     stage_index = self.graph.plan.stage_index_at(step)
                     self.log(cli.timestamped(step_graph_lib.describe_stage(
-                        self.graph, stage_index, self.loop.max_steps)))
+                        self.graph, stage_index, self.loop.max_steps, step)))
                 try:
                     step, ended = self._step(step, stage_index, cadences, result)
                     if ended:

@@ -263,13 +263,15 @@ def _build_stage(stage, index, shared):
                     variables=[v.op.name for v in trained], skipped=gradients.skipped)
 
 
-def describe_stage(graph, index, end_step):
-    """One log line: which stage starts, its steps and what it trains."""
+def describe_stage(graph, index, end_step, step=None):
+    """One log line: which stage starts (or, when `step` is past its start, goes on after a
+    resume), its steps and what it trains."""
     plan, ops = graph.plan, graph.stages[index]
     start = plan.stage_start(index)
     end = end_step if ops.stage.steps is None else min(end_step, start + ops.stage.steps)
+    going_on = f" (going on from step {step})" if step is not None and step > start else ""
     scopes = ", ".join(ops.stage.scopes) if ops.stage.scopes else "all scopes"
     terms = ", ".join(ops.stage.loss_terms) if ops.stage.loss_terms else "all loss terms"
-    return (f"stage '{ops.stage.name}' ({index + 1} of {len(plan.stages)}): steps {start}-{end}, "
-            f"training {len(ops.variables)} variables ({scopes}; {terms}; "
+    return (f"stage '{ops.stage.name}' ({index + 1} of {len(plan.stages)}): steps {start}-{end}"
+            f"{going_on}, training {len(ops.variables)} variables ({scopes}; {terms}; "
             f"{ops.stage.optimizer})")

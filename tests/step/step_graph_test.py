@@ -112,6 +112,15 @@ class StagesTest(unittest.TestCase):
                     self.assertEqual(changed(averages, new_averages), expected, ops.stage.name)
                     self.assertEqual(session.run(built.global_step), index + 1)
 
+    def test_the_stage_line_says_where_a_resumed_run_goes_on(self):
+        with tf.Graph().as_default():
+            built = build(TWO_STAGES)
+        fresh = step_graph.describe_stage(built, 1, 10, step=1)
+        resumed = step_graph.describe_stage(built, 1, 10, step=4)
+        self.assertIn("stage 'head' (2 of 2): steps 1-10, training ", fresh)
+        self.assertIn("stage 'head' (2 of 2): steps 1-10 (going on from step 4), training ",
+                      resumed)
+
     def test_every_trainable_variable_has_a_moving_average(self):
         with tf.Graph().as_default():
             built = build(plans.plan_from_scopes(["net/logits"]), unused_variable=True)

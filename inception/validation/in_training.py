@@ -81,9 +81,12 @@ class TrainingValidation:
             self.log(f"did not reach precision@1 {target:g}: the last validation (step "
                      f"{self.last_step}) had {self.last_result.precision_at_1:.4f}.")
         self.writer.close()
-        self.log(f"validation: {self.eval_dir}; best checkpoint: {self.best.directory.path}"
-                 + (f" (step {self.record.step}, {self.record.metric} = {self.record.value:.4f})"
-                    if self.record else ""))
+        if self.record is None:  # e.g. interrupted before its first validation
+            self.log(f"validation: {self.eval_dir}; no best checkpoint yet (the first "
+                     f"validation keeps one in {self.best.directory.path})")
+            return
+        self.log(f"validation: {self.eval_dir}; best checkpoint: {self.best.directory.path} "
+                 f"(step {self.record.step}, {self.record.metric} = {self.record.value:.4f})")
 
     def _read_record(self):
         record = self.best.read()

@@ -195,6 +195,12 @@ class BestAndEarlyStoppingTest(unittest.TestCase):
                 stops.append(validation.validate(self.checkpoint(step), wall_secs=50.0 * step))
         return stops
 
+    def test_a_run_closed_before_any_validation_names_no_best_checkpoint(self):
+        self.validation(0).close()
+        self.assertEqual(len(self.lines), 1, self.lines)
+        self.assertIn("; no best checkpoint yet (the first validation keeps one in ", self.lines[0])
+        self.assertNotIn("best checkpoint: ", self.lines[0])
+
     def test_stops_at_the_first_validation_reaching_the_target_with_its_time(self):
         validation = self.validation(0, target=0.6)
         self.assertEqual(self.run_scores(validation, [0.5, 0.6]), [False, True])

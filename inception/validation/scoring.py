@@ -36,9 +36,12 @@ class EvalResult:
     confusion: np.ndarray = dataclasses.field(default=None, compare=False, repr=False)
 
     def line(self):
-        """The original's result line, with the example count."""
-        return (f"precision @ 1 = {self.precision_at_1:.4f} recall @ 5 = {self.recall_at_5:.4f} "
-                f"[{self.num_examples} examples]")
+        """The original's result line, with the example count; recall@5 is said to be 1 by
+        construction when the model has 5 outputs or fewer (every one is in the top 5)."""
+        trivial = self.confusion is not None and self.confusion.shape[0] <= 5
+        note = f" (always, with {self.confusion.shape[0]} outputs)" if trivial else ""
+        return (f"precision @ 1 = {self.precision_at_1:.4f} recall @ 5 = {self.recall_at_5:.4f}"
+                f"{note} [{self.num_examples} examples]")
 
 
 @dataclasses.dataclass(frozen=True)

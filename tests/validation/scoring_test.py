@@ -1,6 +1,7 @@
 """Scoring one checkpoint: metrics against a hand computation, ties in the top k, and the
 moving averages evaluation restores (the job around it: job_test)."""
 
+import dataclasses
 import os
 import unittest
 
@@ -81,6 +82,13 @@ class MetricsTest(unittest.TestCase):
         result = scoring.EvalResult(step=3, precision_at_1=0.5, recall_at_5=0.75, loss=1.0,
                                     num_examples=8)
         self.assertEqual(result.line(), "precision @ 1 = 0.5000 recall @ 5 = 0.7500 [8 examples]")
+        # 3 classes and the background: every output is in the top 5.
+        few = scoring.EvalResult(step=3, precision_at_1=0.5, recall_at_5=1.0, loss=1.0,
+                                 num_examples=8, confusion=np.zeros((4, 4), np.int64))
+        self.assertEqual(few.line(), "precision @ 1 = 0.5000 recall @ 5 = 1.0000 (always, with "
+                                     "4 outputs) [8 examples]")
+        many = dataclasses.replace(few, confusion=np.zeros((6, 6), np.int64))
+        self.assertEqual(many.line(), "precision @ 1 = 0.5000 recall @ 5 = 1.0000 [8 examples]")
 
 
 class BatchScoresTest(unittest.TestCase):

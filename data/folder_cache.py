@@ -76,11 +76,16 @@ def cached_shards(folder, validation_fraction=0.0, log=print, progress_stream=No
              "validation_fraction": fraction, "images": sum(counts.values()),
              "fingerprint": digest}
     previous = cache_stamp.read_stamp(target)
-    if previous == stamp and _is_complete(target):
-        log(f"using the cached shards of {folder} in {target} (its files are unchanged)")
-        return target
     how = (f"{fraction:g} of each label's images for validation" if fraction
            else "its train/ and validation/ folders")
+    if previous == stamp and _is_complete(target):
+        # A split taken from the cache, not asked for, is said: a user may expect a new one.
+        given = ("" if validation_fraction or not fraction else
+                 "; no --validation_fraction given, so the split of its last build: pass one "
+                 "to split it otherwise")
+        log(f"using the cached shards of {folder} in {target} ({how}; its files are "
+            f"unchanged{given})")
+        return target
     log(f"{'rebuilding' if previous else 'building'} TFRecord shards of the "
         f"{stamp['images']} images in {folder} ({how}) into {target}; they are reused until "
         "its files change")

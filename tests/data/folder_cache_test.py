@@ -120,7 +120,7 @@ class SplitFolderTest(CacheTestCase):
             again, lines = build(folder)
         self.assertEqual(again, shard_dir)
         self.assertEqual(lines, [f"using the cached shards of {folder} in {shard_dir} (its "
-                                 "files are unchanged)"])
+                                 "train/ and validation/ folders; its files are unchanged)"])
         read = [call.args[0] for call in opened.call_args_list]
         self.assertEqual([path for path in read if str(path).startswith(folder)], [])
         after = {name: os.stat(os.path.join(shard_dir, name)) for name in os.listdir(shard_dir)}
@@ -217,7 +217,12 @@ class FractionTest(CacheTestCase):
         shard_dir, _ = build(folder, 0.4)
         again, lines = build(folder)  # e.g. evaluation of a run trained on the folder
         self.assertEqual((again, lines), (shard_dir, [
-            f"using the cached shards of {folder} in {shard_dir} (its files are unchanged)"]))
+            f"using the cached shards of {folder} in {shard_dir} (0.4 of each label's images "
+            "for validation; its files are unchanged; no --validation_fraction given, so the "
+            "split of its last build: pass one to split it otherwise)"]))
+        _, lines = build(folder, 0.4)  # asked for: nothing to say of it
+        self.assertEqual(lines, [f"using the cached shards of {folder} in {shard_dir} (0.4 of "
+                                 "each label's images for validation; its files are unchanged)"])
         self.assertEqual(folder_cache.find_cache(folder), shard_dir)
         other, _ = build(folder, 0.2)
         self.assertNotEqual(other, shard_dir)

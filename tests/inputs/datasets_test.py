@@ -167,8 +167,8 @@ class ImageFolderTest(unittest.TestCase):
         lines.clear()
         self.assertEqual(datasets.resolve_dataset("custom", folder, 3, log=lines.append),
                          dataset)
-        self.assertEqual(lines, [f"using the cached shards of {folder} in {cache} (its files "
-                                 "are unchanged)"])
+        self.assertEqual(lines, [f"using the cached shards of {folder} in {cache} (its train/ "
+                                 "and validation/ folders; its files are unchanged)"])
         self.assertEqual(datasets.labels_dir(folder), cache)  # export and classify
 
     def test_label_folders_take_a_fraction_that_evaluation_finds_in_the_cache(self):

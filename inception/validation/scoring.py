@@ -21,6 +21,7 @@ from inception.run.checkpoint_io import step_of
 from inception.validation import per_class
 
 tf1 = tf.compat.v1
+RECALL_K = 5  # recall@5: the true label among the 5 highest outputs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,7 +39,7 @@ class EvalResult:
     def line(self):
         """The original's result line, with the example count; recall@5 is said to be 1 by
         construction when the model has 5 outputs or fewer (every one is in the top 5)."""
-        trivial = self.confusion is not None and self.confusion.shape[0] <= 5
+        trivial = self.confusion is not None and self.confusion.shape[0] <= RECALL_K
         note = f" (always, with {self.confusion.shape[0]} outputs)" if trivial else ""
         return (f"precision @ 1 = {self.precision_at_1:.4f} recall @ 5 = {self.recall_at_5:.4f}"
                 f"{note} [{self.num_examples} examples]")
@@ -70,9 +71,9 @@ def batch_scores(logits, labels):
 
     Returns:
       (top-1 correct, top-5 correct, sum of cross-entropy): scalars; top-k uses k =
-      min(5, num_classes) and counts ties as in the top k, as tf.math.in_top_k does.
+      min(RECALL_K, num_classes) and counts ties as in the top k, as tf.math.in_top_k does.
     """
-    k = min(5, logits.shape[-1])
+    k = min(RECALL_K, logits.shape[-1])
     top1 = tf.reduce_sum(tf.cast(tf.math.in_top_k(labels, logits, 1), tf.int64))
     top5 = tf.reduce_sum(tf.cast(tf.math.in_top_k(labels, logits, k), tf.int64))
     loss = tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels,

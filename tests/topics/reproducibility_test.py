@@ -63,21 +63,20 @@ def image_folder(root, per_label=6):
 
 class ExactResumeTest(unittest.TestCase):
 
-    def assert_resume_is_exact(self, name, stop_after=STOP_AFTER, end=END, **overrides):
-        """Trains `name`'s settings to `end` straight, and stopped by SIGTERM after `stop_after`
+    def assert_resume_is_exact(self, name, **overrides):
+        """Trains `name`'s settings to END straight, and stopped by SIGTERM after STOP_AFTER
         then resumed; requires both last checkpoints to be equal tensor for tensor."""
-        overrides["max_steps"] = end
         straight = testing_utils.temp_dir(f"{name}_straight")
         straight_lines = []
         launch.train(settings(straight, **overrides), log=straight_lines.append)
         stopped = testing_utils.temp_dir(f"{name}_stopped")
-        first = launch.train(settings(stopped, **overrides), log=sigterm_after_step(stop_after))
+        first = launch.train(settings(stopped, **overrides), log=sigterm_after_step(STOP_AFTER))
         self.assertEqual(first.stopped_by_signal, signal.SIGTERM)
-        self.assertEqual(first.step, stop_after)
+        self.assertEqual(first.step, STOP_AFTER)
         lines = []
         second = launch.train(settings(stopped, **overrides), log=lines.append)
-        self.assertEqual(second.step, end)
-        self.assertTrue(any(f"(step {stop_after})" in line for line in lines), lines)
+        self.assertEqual(second.step, END)
+        self.assertTrue(any(f"(step {STOP_AFTER})" in line for line in lines), lines)
         expected, actual = checkpoint_values(straight), checkpoint_values(stopped)
         self.assertEqual(sorted(actual), sorted(expected))
         self.assertIn("input_position", actual)

@@ -221,16 +221,18 @@ def keras(settings):
     mixed_float16, the latter with Keras's automatic loss scaling): the same-precision
     comparison for our --precision step.
     """
+    # Keras 3 (what tf.keras is unless TF_USE_LEGACY_KERAS makes it Keras 2: common/cli.py)
+    import keras as keras3  # pylint: disable=import-outside-toplevel
     batch, size = settings["batch_size"], settings["image_size"]
     hold_device(settings)  # Keras builds its model on the GPU at once
     tf.config.threading.set_intra_op_parallelism_threads(settings.get("intra_op_threads", 0))
-    tf.keras.mixed_precision.set_global_policy(KERAS_POLICIES[settings.get("precision", "fp32")])
-    model = tf.keras.applications.InceptionV3(weights=None, input_shape=(size, size, 3),
-                                              classes=NUM_CLASSES)
+    keras3.mixed_precision.set_global_policy(KERAS_POLICIES[settings.get("precision", "fp32")])
+    model = keras3.applications.InceptionV3(weights=None, input_shape=(size, size, 3),
+                                            classes=NUM_CLASSES)
     # jit_compile "auto" is what a Keras user gets: XLA on GPUs, none on CPUs.
-    model.compile(optimizer=tf.keras.optimizers.RMSprop(0.1, rho=0.9, momentum=0.9,
-                                                        epsilon=1.0),
-                  loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=False),
+    model.compile(optimizer=keras3.optimizers.RMSprop(0.1, rho=0.9, momentum=0.9,
+                                                      epsilon=1.0),
+                  loss=keras3.losses.SparseCategoricalCrossentropy(from_logits=False),
                   jit_compile=settings.get("jit_compile", "auto"))
     rng = np.random.RandomState(0)
     images = rng.uniform(-1, 1, size=(batch, size, size, 3)).astype(np.float32)
@@ -239,7 +241,7 @@ def keras(settings):
     # One `fit` over every step, timed at batch ends: repeated short `fit` calls would add
     # Keras's per-call set-up to the steps (it doubled some rounds here).
     ends = []
-    timer = tf.keras.callbacks.LambdaCallback(
+    timer = keras3.callbacks.LambdaCallback(
         on_train_batch_end=lambda batch_index, logs: ends.append(time.perf_counter()))
     total = settings["warmup"] + settings["steps"] * settings["repeats"]
     model.fit(dataset, steps_per_epoch=total, epochs=1, verbose=0, callbacks=[timer])

@@ -18,6 +18,7 @@ from inception.config import recipe
 from inception.config import settings as settings_lib
 from inception.inputs import pipeline
 from inception.model import network
+from inception.model import registry
 from inception.parallel import grappler
 from inception.parallel import gradients as gradients_lib
 from inception.parallel import sharing
@@ -269,9 +270,8 @@ def tiny_inception_steps(devices, config, at_steps, batch=16, compute_dtype=None
             initializer=iterator.initializer)
         with mock.patch.object(network, "mask_dropout", no_dropout):
             built = step_graph.build_train_graph(
-                input_batch, functools.partial(
-                    network.make_model_fn, settings,
-                    options=network.TowerOptions(compute_dtype=compute_dtype)),
+                input_batch, functools.partial(registry.make_model_fn, settings, options=(
+                    network.TowerOptions(compute_dtype=compute_dtype))),
                 optimization(initial_learning_rate=0.01),
                 sharing_of(devices, all_reduce, variable_device), 64,
                 step_graph.StepOptions(initial_loss_scale=loss_scale,
@@ -338,13 +338,13 @@ def _what_ran(metadata):
 
 
 def save_initial_weights(devices, config, settings=TINY_INCEPTION):
-    """A checkpoint of the tiny Inception's seeded initial trainable weights (fp32 graph);
-    returns its path, for comparing graphs built differently on the same weights."""
+    """A checkpoint of the seeded initial trainable weights (fp32 graph) of the network of
+    `settings`; returns its path, for comparing graphs built differently on the same weights."""
     with tf.Graph().as_default():
         tf1.set_random_seed(3)
         with tf.device(devices[0]):
-            network.inception_logits(tf.zeros([2, settings.image_size, settings.image_size, 3]),
-                                     settings, True)
+            registry.network_named(settings.network).logits(
+                tf.zeros([2, settings.image_size, settings.image_size, 3]), settings, True)
         saver = tf1.train.Saver(tf1.trainable_variables())
         with tf1.Session(config=config) as session:
             session.run(tf1.global_variables_initializer())

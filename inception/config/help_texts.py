@@ -55,6 +55,10 @@ TRAIN_HELP = {
         f"{recipe.OWN_DATA_DEFAULTS.num_epochs:g} for your own data without "
         "--max_steps; the demo and ImageNet take --max_steps.",
         check=rules.positive(" (1 is one pass over the training split)")),
+    "network": Flag(
+        "The network to train: inception_v3 (default) or resnet_v1_50 (tf-slim's, with the "
+        "variable names of its published checkpoints). Stored with the run: evaluation, "
+        "export and a resumed run follow it."),
     "image_size": Flag(
         "Input height and width (default: "
         f"{recipe.describe_default('image_size')}).", check=rules.image_size_problem),
@@ -245,10 +249,12 @@ TRAIN_HELP = {
         "the two per batch.", minimum=0),
     "pretrained_model_checkpoint_path": Flag(
         "Initialize a fresh --train_dir "
-        "from this checkpoint (ours, or tf-slim's inception_v3.ckpt).", path=True),
+        "from this checkpoint (ours, or tf-slim's published inception_v3.ckpt or "
+        "resnet_v1_50.ckpt).", path=True),
     "fine_tune":
-        "With --pretrained_model_checkpoint_path: leave the logits "
-        "and aux-logits layers freshly initialized (for another number of classes).",
+        "With --pretrained_model_checkpoint_path: leave the network's "
+        "classifier freshly initialized (Inception's logits and aux-logits layers, ResNet's "
+        "logits; for another number of classes).",
     "checkpoint_exclude_scopes":
         "Variable scopes not restored from "
         "--pretrained_model_checkpoint_path.",

@@ -7,6 +7,8 @@ cannot drift apart.
 
 import dataclasses
 
+DEFAULT_NETWORK = "inception_v3"  # what --model trains when a run names none (model/registry.py)
+
 # The original's model and loss (tensorflow/models inception: inception_model.py).
 LABEL_SMOOTHING = 0.1
 AUX_LOSS_WEIGHT = 0.4

@@ -40,7 +40,7 @@ DEFAULT_LEARNING_RATE_SCALING = "sqrt"  # measured: docs/learning-rate.md
 # The original's flag names, kept for its users; the settings say what they count: towers (one
 # per GPU, or virtual CPU devices) and labels (num_classes elsewhere counts the logits, with the
 # background class).
-FLAG_NAMES = {"num_towers": "num_gpus", "num_labels": "num_classes"}
+FLAG_NAMES = {"num_towers": "num_gpus", "num_labels": "num_classes", "network": "model"}
 
 
 class SettingsError(cli.UserError):

@@ -1,15 +1,14 @@
 """What a training run and an evaluation job take: one frozen settings object per entry point.
 
-`TrainSettings` has one section per part of a run: `data` (what is read), `model` (the network; the
-section stored as model_settings.json), `optimization` (plan, optimizer, learning-rate schedule,
+`TrainSettings` has one section per part of a run: `data` (what is read), `model` (the network;
+stored as model_settings.json), `optimization` (plan, optimizer, learning-rate schedule,
 accumulation), `augmentation` (RandAugment, random erasing, Mixup/CutMix), `devices` (towers,
 precision, placement), `loop` (train_dir, cadences, limits, what a divergence does), `validation`
-(scoring the validation shards during training, the best checkpoint), `init` (where a fresh run's
-weights come from), `input_source` (config/sources.py) and `cluster`. Library code takes the
-section it needs. None in a section means "the data set's default" until the run is resolved
+(scoring the validation shards during training, the best checkpoint), `init` (a fresh run's
+weights), `input_source` (config/sources.py) and `cluster`. Library code takes the section it
+needs. None in a section means "the data set's default" until the run is resolved
 (driver/resolution.py: `fill_defaults`). Free of TensorFlow: every flag is checked in a second,
-before anything loads or is written.
-"""
+before anything loads or is written."""
 
 import dataclasses
 
@@ -28,10 +27,10 @@ from inception.config.rules import SettingsError
 class DataSettings:
     """What a run reads. num_labels: labels in the data (background excluded), only for shards
     without labels.txt; seed: input order and distortions (and initial weights);
-    deterministic: TensorFlow's op determinism, seed 0 when none is given (the same command
-    then writes bit-identical checkpoints on the same machine); validation_fraction: of each
-    label's images, for a folder of label folders (data/folder_cache.py); balanced_sampling:
-    draw each record as often as its class's balanced weight says (inputs/pipeline.py)."""
+    deterministic: TensorFlow's op determinism, seed 0 when none is given (the same command then
+    writes bit-identical checkpoints on the same machine); validation_fraction: of each label's
+    images, for a folder of label folders (data/folder_cache.py); balanced_sampling: draw each
+    record as often as its class's balanced weight says (inputs/pipeline.py)."""
     data_dir: str = ""
     dataset: str = ""
     num_labels: int = None
@@ -52,11 +51,13 @@ def _resolved(default=None):  # a field filled when the run is resolved, never b
 class ModelSettings:
     """What defines the network; stored beside checkpoints (model_settings.json) so evaluation
     and export need no flags. num_classes counts logits, background (label 0) included: 1001
-    for ImageNet; it and `dataset` come from the data set when the run is resolved."""
+    for ImageNet; it and `dataset` come from the data set when the run is resolved. network:
+    a name of model/registry.py (--model), recipe.DEFAULT_NETWORK once resolved."""
     num_classes: int = _resolved()
     image_size: int = None
     depth_multiplier: float = None
     dataset: str = _resolved()
+    network: str = None
 
     def validate(self):
         """Raises SettingsError with a fix when resolved settings cannot build a network."""
@@ -160,8 +161,7 @@ class LoopSettings:
     num_epochs: the run's length in passes over the training examples, instead of max_steps
       (the run is resolved to the updates they take: driver/resolution.py).
     profile_steps: (first, last) steps traced by TensorFlow's profiler into
-      <train_dir>/plugins/profile (loop/profiling.py); empty: none.
-    """
+      <train_dir>/plugins/profile (loop/profiling.py); empty: none."""
     train_dir: str = ""
     max_steps: int = None
     num_epochs: float = None

@@ -28,6 +28,7 @@ from inception.loop import resume
 from inception.loop import session_loop
 from inception.loop import first_step
 from inception.model import network
+from inception.model import registry
 from inception.model import synced_batch_norm
 from inception.parallel import devices
 from inception.parallel import sharing
@@ -51,8 +52,9 @@ def describe_run(run):
     if settings.cluster is not None:
         batch = (f"{settings.cluster.describe()}; batch {batch_size} per worker, "
                  f"{batch_size * settings.cluster.replicas_to_aggregate} per update")
+    network = registry.network_named(model_settings.network).title
     return (f"training {model_settings.dataset} ({model_settings.num_classes - 1} classes, "
-            f"{run.dataset.data_dir}); Inception v3 x{model_settings.depth_multiplier:g} at "
+            f"{run.dataset.data_dir}); {network} x{model_settings.depth_multiplier:g} at "
             f"{model_settings.image_size}px; {run.placement.towers.describe()}; {batch} "
             f"({batch_size // run.placement.num_towers} per tower); "
             f"{run.placement.describe_arithmetic()}; up to step {settings.loop.max_steps}"
@@ -93,7 +95,7 @@ def graph_builder(run, worker, learning_rate=None, service_input=None):
                             else sharing.on_one_machine(placement))
         return step_graph.build_train_graph(
             input_batch, functools.partial(
-                network.make_model_fn, settings.model, options=network.TowerOptions(
+                registry.make_model_fn, settings.model, options=network.TowerOptions(
                     compute_dtype=placement.compute_dtype, augmentation=settings.augmentation,
                     seed=mixing_seed, label_smoothing=settings.optimization.label_smoothing,
                     class_weights=run.class_weights,

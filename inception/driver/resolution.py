@@ -19,6 +19,7 @@ from inception.config import update_shape
 from inception.config.update_shape import UpdateShape
 from inception.inputs import label_weights
 from inception.inputs import datasets
+from inception.model import registry
 from inception.model.slim_compat import tf_slim as slim
 from inception.parallel import devices
 from inception.run import checkpoint_io
@@ -83,7 +84,7 @@ def resolve_run(settings, log=print):
     return ResolvedRun(
         settings=resolved, dataset=dataset, placement=placement, shards=shards,
         examples_per_epoch=examples_per_epoch,
-        make_initializer=pretrained_initializer_factory(settings.init, log),
+        make_initializer=pretrained_initializer_factory(settings.init, settings.model, log),
         class_weights=class_weights, sampling_weights=sampling_weights)
 
 
@@ -184,9 +185,10 @@ def resolve_model_settings(requested, filled, dataset, stored):
     """The run's ModelSettings: the `requested` section's fields, else the stored settings,
     else the data set's defaults (already in `filled`)."""
     settings = dataclasses.replace(filled, num_classes=dataset.num_classes, dataset=dataset.name,
-                                   depth_multiplier=float(filled.depth_multiplier))
+                                   depth_multiplier=float(filled.depth_multiplier),
+                                   network=registry.network_named(filled.network).name)
     explicit = {"num_classes", "dataset"}
-    explicit |= {name for name in ("image_size", "depth_multiplier")
+    explicit |= {name for name in ("image_size", "depth_multiplier", "network")
                  if getattr(requested, name) is not None}
     settings = merge_stored_model(stored.model if stored else None, settings, explicit)
     settings.validate()
@@ -205,14 +207,15 @@ def input_seed(settings):
     return zlib.crc32(settings.train_dir.encode()) % CLUSTER_SEEDS
 
 
-def pretrained_initializer_factory(init, log):
+def pretrained_initializer_factory(init, model, log):
     """make_initializer for session_loop from the `init` section: restore its pretrained
-    checkpoint, or None."""
+    checkpoint into the network of `model` (settings.ModelSettings), or None."""
     if not init.pretrained_model_checkpoint_path:
         return None
     excluded = tuple(init.checkpoint_exclude_scopes)
     if init.fine_tune:
-        excluded += tuple(s for s in checkpoint_io.FINE_TUNE_EXCLUDED_SCOPES if s not in excluded)
+        excluded += tuple(scope for scope in registry.network_named(model.network).head_scopes
+                          if scope not in excluded)
     return lambda: checkpoint_io.pretrained_initializer(
         pretrained_checkpoint(init.pretrained_model_checkpoint_path, log),
         slim.get_model_variables(), excluded, log)
@@ -240,7 +243,8 @@ def merge_stored_model(stored, requested, explicit):
     for field in dataclasses.fields(settings_lib.ModelSettings):
         name = field.name
         if name in explicit and getattr(stored, name) != getattr(requested, name):
-            flag = f"--{name}" if name != "dataset" else "--dataset (or --data_dir)"
+            flag = ("--dataset (or --data_dir)" if name == "dataset"
+                    else f"--{rules.FLAG_NAMES.get(name, name)}")
             raise checkpoint_io.CheckpointError(
                 f"the checkpoints here were trained with {name}={getattr(stored, name)!r}, "
                 f"not {getattr(requested, name)!r}; drop {flag} or pass a new --train_dir.")

@@ -1,4 +1,5 @@
-"""Inception v3 from tf_slim.nets and the classification loss of one tower.
+"""Inception v3 from tf_slim.nets, and what a tower of any network (model/registry.py) shares:
+its classification loss, Mixup/CutMix and the seeds of its draws (make_model_fn).
 
 The model is the original's (its constants: config/recipe.py): label smoothing on the main
 logits, the auxiliary head's loss weighted, L2 weight decay collected once as regularization
@@ -26,6 +27,8 @@ from inception.model.slim_compat import tf_slim as slim
 from inception.parallel import towers
 
 MODEL_SCOPE = "InceptionV3"
+HEAD_SCOPES = (f"{MODEL_SCOPE}/Logits", f"{MODEL_SCOPE}/AuxLogits")  # what fine-tuning starts afresh
+DEFAULT_IMAGE_SIZE = 299
 MIX_STREAMS = 4096  # seeds per step for Mixup/CutMix: one per tower and micro-batch
 DROPOUT_STREAM = 1  # folded into a tower's seed for its dropout masks
 
@@ -67,12 +70,6 @@ def inception_logits(images, model, is_training, batch_norm_decay=recipe.BATCH_N
             depth_multiplier=model.depth_multiplier,
             create_aux_logits=has_aux_head(model.image_size), scope=MODEL_SCOPE)
     return logits, end_points.get("AuxLogits")
-
-
-def inference_logits(images, model):
-    """The logits of Inception v3 in inference mode (the default model of evaluation and of
-    the export)."""
-    return inception_logits(images, model, False)[0]
 
 
 @contextlib.contextmanager
@@ -202,10 +199,11 @@ class TowerOptions:
     batch_norm_groups: object = None
 
 
-def make_model_fn(model, batch_norm_decay, options=TowerOptions()):
+def make_model_fn(model, batch_norm_decay, options=TowerOptions(), logits_fn=inception_logits):
     """Returns `model_fn(images, labels) -> towers.ModelOutputs` for towers.build_towers: the
-    network of `model` (settings.ModelSettings) built as `options` (TowerOptions) say,
-    its batch-norm statistics moving by `batch_norm_decay`."""
+    network `logits_fn` (inception_logits's arguments and results; registry.make_model_fn
+    passes the one `model` names) of `model` (settings.ModelSettings) built as `options`
+    (TowerOptions) say, its batch-norm statistics moving by `batch_norm_decay`."""
     tower_numbers = itertools.count(options.first_tower)
     built = itertools.count()
 
@@ -215,7 +213,7 @@ def make_model_fn(model, batch_norm_decay, options=TowerOptions()):
         statistics = groups and groups.for_tower(next(built))
         images, targets = _mixed(images, labels, model.num_classes, options.augmentation, stream)
         with mixed_precision.building_in(options.compute_dtype):
-            logits, aux_logits = inception_logits(
+            logits, aux_logits = logits_fn(
                 mixed_precision.to_compute(images, options.compute_dtype), model, True,
                 batch_norm_decay,
                 tf.random.experimental.stateless_fold_in(stream, DROPOUT_STREAM), statistics)

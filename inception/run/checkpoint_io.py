@@ -104,9 +104,6 @@ def restore_map_with_averages(variables):
     return {averages.average_name(v) if v in trainable else v.op.name: v for v in variables}
 
 
-FINE_TUNE_EXCLUDED_SCOPES = ("InceptionV3/Logits", "InceptionV3/AuxLogits")
-
-
 def pretrained_initializer(checkpoint_path, variables, exclude_scopes=(), log=print):
     """Prepares restoring `variables` (except those under `exclude_scopes`) from the checkpoint
     prefix `checkpoint_path` (driver.resolution.pretrained_checkpoint resolves a directory).

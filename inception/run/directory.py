@@ -31,6 +31,7 @@ import os
 import tensorflow as tf
 
 from common import files
+from inception.config import recipe
 from inception.config.settings import ModelSettings
 from inception.config.update_shape import UpdateShape
 from inception.run import checkpoint_io
@@ -94,6 +95,7 @@ class RunDirectory:
             data_dir = payload.pop("data_dir", "")
             update = payload.pop("update", None)
             synthetic_input = payload.pop("synthetic_input", None)
+            payload.setdefault("network", recipe.DEFAULT_NETWORK)  # runs from before --model
             return StoredRun(model=ModelSettings(**payload), data_dir=data_dir,
                              update=UpdateShape(**update) if update else None,
                              synthetic_input=synthetic_input)

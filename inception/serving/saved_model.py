@@ -32,7 +32,7 @@ from common import image_limits
 from inception.config import commands
 from inception.inputs import datasets
 from inception.inputs import preprocessing
-from inception.model import network
+from inception.model import registry
 from inception.run import checkpoint_io
 from inception.run.directory import RunDirectory
 from inception.run.directory import SETTINGS_FILE
@@ -87,11 +87,12 @@ def build_serving_graph(model, label_names=(), top_k=commands.DEFAULT_TOP_K,
                         limit_flag=image_limits.LIMIT_FLAG):
     """Builds the inference graph for ModelSettings `model`; returns ServingGraph.
 
-    logits_fn: callable(images, model) -> logits; Inception v3 in inference mode by default.
+    logits_fn: callable(images, model) -> logits; by default the network `model` names, in
+      inference mode.
     max_pixels: images of more pixels fail `image_bytes` before decoding, with a message that
       names their size and `limit_flag`; held by the int64 constant LIMIT_CONSTANT.
     """
-    logits_fn = logits_fn or network.inference_logits
+    logits_fn = logits_fn or registry.inference_logits
     size = model.image_size
     texts = label_texts(model.num_classes, label_names)
     graph = tf.Graph()

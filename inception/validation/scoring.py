@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from common.progress import ProgressBar
 from inception.inputs import pipeline
-from inception.model import network
+from inception.model import registry
 from inception.parallel.devices import HOST_DEVICE
 from inception.run import tags
 from inception.run import checkpoint_io
@@ -87,10 +87,10 @@ def build_eval_graph(shards, model, batch_size, max_examples=0, strict=False,
 
     Args:
       max_examples: evaluate only the first this many records (0: all).
-      logits_fn: callable(images, model) -> logits [batch, num_classes]; Inception v3 in
-        inference mode by default (tests pass a tiny model).
+      logits_fn: callable(images, model) -> logits [batch, num_classes]; by default the
+        network `model` names, in inference mode (tests pass a tiny model).
     """
-    logits_fn = logits_fn or network.inference_logits
+    logits_fn = logits_fn or registry.inference_logits
     graph = tf.Graph()
     with graph.as_default():
         # The variables are restored, never initialized; a graph seed keeps op determinism

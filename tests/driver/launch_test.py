@@ -65,6 +65,7 @@ class ShortRunTest(unittest.TestCase):
             stored = json.load(handle)
         self.assertEqual(stored, {"dataset": "demo", "data_dir": DATA.path, "image_size": 107,
                                   "depth_multiplier": 0.1, "num_classes": 6,
+                                  "network": "inception_v3",
                                   "synthetic_input": False,
                                   "update": {"replicas": 1, "towers": 2, "batch_size": 4,
                                              "accumulate_steps": 1}})

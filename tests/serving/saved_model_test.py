@@ -20,7 +20,7 @@ from inception.config import commands
 from inception.config import settings as settings_lib
 from inception.driver import launch
 from inception.inputs import preprocessing
-from inception.model import network
+from inception.model import registry
 from inception.run import checkpoint_io
 from inception.run.directory import RunDirectory
 from inception.run.directory import SETTINGS_FILE
@@ -57,7 +57,7 @@ def eval_graph_logits(checkpoint_path, shards, settings):
 
     def capture(images, model_settings):
         captured["images"] = images
-        captured["logits"] = network.inference_logits(images, model_settings)
+        captured["logits"] = registry.inference_logits(images, model_settings)
         return captured["logits"]
 
     eval_graph = scoring.build_eval_graph(shards, settings, VALIDATION_IMAGES,

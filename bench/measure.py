@@ -20,6 +20,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from bench.device_lock import held_since  # noqa: E402  pylint: disable=wrong-import-position
 from bench.device_lock import hold_device  # noqa: E402  pylint: disable=wrong-import-position
+from bench.report import KERAS_MODELS  # noqa: E402  pylint: disable=wrong-import-position
 from inception.driver import startup  # noqa: E402  pylint: disable=wrong-import-position
 
 startup.allow_xla_on_cpu()  # for "xla": before TensorFlow reads its XLA flags
@@ -105,13 +106,14 @@ def ours(settings):
     from inception.config import settings as settings_lib  # pylint: disable=import-outside-toplevel
     from inception.inputs import datasets  # pylint: disable=import-outside-toplevel
     from inception.model import network  # pylint: disable=import-outside-toplevel
+    from inception.model import registry  # pylint: disable=import-outside-toplevel
     from inception.parallel import sharing  # pylint: disable=import-outside-toplevel
     from inception.step import step_graph  # pylint: disable=import-outside-toplevel
     batch, size = settings["batch_size"], settings["image_size"]
     placement = _placement(settings)
     prefetch_inputs = settings.get("prefetch_inputs", placement.prefetch_inputs)
     model_settings = settings_lib.ModelSettings(NUM_CLASSES, size, settings["depth_multiplier"],
-                                                "synthetic")
+                                                "synthetic", settings.get("model"))
     imagenet = settings_lib.with_defaults(settings_lib.OptimizationSettings(),
                                           recipe.IMAGENET_DEFAULTS)
     graph = tf.Graph()
@@ -119,7 +121,7 @@ def ours(settings):
         input_batch = synthetic_input(batch, size)
         built = step_graph.build_train_graph(
             input_batch,
-            lambda decay: network.make_model_fn(
+            lambda decay: registry.make_model_fn(
                 model_settings, decay, network.TowerOptions(placement.compute_dtype)),
             imagenet, sharing.on_one_machine(placement),
             datasets.KNOWN_DATASETS["imagenet"].examples["train"],
@@ -215,7 +217,8 @@ def count_flops(graph):
 
 
 def keras(settings):
-    """keras.applications.InceptionV3 trained with `fit` on the same synthetic batch.
+    """The keras.applications counterpart of our `model` (KERAS_MODELS: InceptionV3 by
+    default) trained with `fit` on the same synthetic batch.
 
     `precision` bf16 / fp16 sets Keras's own mixed-precision policy (mixed_bfloat16 /
     mixed_float16, the latter with Keras's automatic loss scaling): the same-precision
@@ -227,8 +230,9 @@ def keras(settings):
     hold_device(settings)  # Keras builds its model on the GPU at once
     tf.config.threading.set_intra_op_parallelism_threads(settings.get("intra_op_threads", 0))
     keras3.mixed_precision.set_global_policy(KERAS_POLICIES[settings.get("precision", "fp32")])
-    model = keras3.applications.InceptionV3(weights=None, input_shape=(size, size, 3),
-                                            classes=NUM_CLASSES)
+    application = getattr(keras3.applications,
+                          KERAS_MODELS[settings.get("model") or "inception_v3"])
+    model = application(weights=None, input_shape=(size, size, 3), classes=NUM_CLASSES)
     # jit_compile "auto" is what a Keras user gets: XLA on GPUs, none on CPUs.
     model.compile(optimizer=keras3.optimizers.RMSprop(0.1, rho=0.9, momentum=0.9,
                                                       epsilon=1.0),

@@ -6,6 +6,9 @@ import os
 
 from common import files
 
+# Our network (training's --model) -> the keras.applications model it is compared with.
+KERAS_MODELS = {"inception_v3": "InceptionV3", "resnet_v1_50": "ResNet50"}
+
 
 def write_json(report, path):
     """Writes `report` to `path` atomically (a reader never sees half a file)."""

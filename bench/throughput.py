@@ -37,6 +37,8 @@ from inception.parallel import hardware  # noqa: E402  pylint: disable=wrong-imp
 FLAGS = flags.FLAGS
 flags.DEFINE_string("output_json", "bench_results.json", "Where to write the report.")
 flags.DEFINE_string("output_plot", "", "PNG plot path (default: the report's path, .png).")
+flags.DEFINE_enum("model", "inception_v3", sorted(report.KERAS_MODELS), "Our network "
+                  "(training's --model) and its keras.applications counterpart.")
 flags.DEFINE_integer("image_size", 299, "Input height and width.")
 flags.DEFINE_integer("batch_size", 16, "Global batch size of every training measurement.")
 flags.DEFINE_integer("towers", None, "Towers of our measurements (default: one per GPU, or 2 "
@@ -214,7 +216,8 @@ def run_all(log, save_partial=lambda report: None):
     started = time.monotonic()
     capabilities = machine_capabilities()
     work_dir = tempfile.mkdtemp(prefix="inception_bench_")
-    common = {"image_size": FLAGS.image_size, "batch_size": FLAGS.batch_size,
+    common = {"model": FLAGS.model, "image_size": FLAGS.image_size,
+              "batch_size": FLAGS.batch_size,
               "warmup": FLAGS.warmup, "steps": FLAGS.steps, "repeats": FLAGS.repeats,
               "work_dir": work_dir}
     if FLAGS.overlap == "on" or (FLAGS.overlap == "auto" and capabilities["gpus"]):
@@ -322,7 +325,8 @@ def build_report(results, capabilities=None):
     """The report's keys from the raw measurements (None where a measurement was skipped), with
     the settings of this run (its flags) and this machine."""
     gpus = (capabilities or {}).get("gpus", 0)
-    settings = {"image_size": FLAGS.image_size, "batch_size": FLAGS.batch_size,
+    settings = {"model": FLAGS.model, "image_size": FLAGS.image_size,
+                "batch_size": FLAGS.batch_size,
                 "per_gpu_batch": FLAGS.batch_size // max(gpus, 1),
                 "towers": FLAGS.towers or (gpus or devices.DEFAULT_CPU_TOWERS),
                 "depth_multiplier": FLAGS.depth_multiplier,

@@ -6,6 +6,7 @@ import datetime
 import os
 import sys
 import tempfile
+import textwrap
 import warnings
 
 from common import files
@@ -112,10 +113,40 @@ def parse_flags(argv):
     makes Ctrl-C / SIGTERM one line in every later phase (common.signals.handle_signals)."""
     signals.handle_signals()
     from absl import flags  # pylint: disable=import-outside-toplevel
+    if HELP_ARGUMENTS.intersection(argv[1:]):
+        print_help(flags.FLAGS)
+        sys.exit(0)
     try:
         return flags.FLAGS(argv)
     except flags.Error as error:
         fail(f"{error} (see --help)", code=2)
+
+
+HELP_ARGUMENTS = frozenset(("-h", "-?", "--help", "--helpshort", "--helpfull"))
+
+
+def print_help(flag_values):
+    """Prints the running program's help for its users: its module docstring, then each of its
+    own flags (absl's `flag_values`) with its default and help. Written here because absl's
+    --help groups the flags under the path of the file that defined them (a build cache's,
+    under Bazel), adds absl's own, and exits with status 1."""
+    print(textwrap.dedent(sys.modules["__main__"].__doc__ or "").strip() + "\n")
+    print("Flags (every command's: docs/reference.md):")
+    own = flag_values.get_key_flags_for_module(sys.argv[0])
+    for flag in sorted(own, key=lambda flag: flag.name):
+        default = shown_default(flag.default)
+        print(f"  --{flag.name}" + (f" (default: {default})" if default else ""))
+        print(textwrap.fill(flag.help, width=100, initial_indent=" " * 6,
+                            subsequent_indent=" " * 6))
+
+
+def shown_default(value):
+    """A flag's default as a user types it ('' for none): true/false, a,b for lists."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(item) for item in value)
+    return "" if value is None else str(value)
 
 
 def duration(seconds):

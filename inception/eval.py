@@ -1,8 +1,8 @@
 """`bazel run //inception:eval`: evaluate checkpoints of a training run.
 
-Reads the model settings stored beside the checkpoints, so usually only --checkpoint_dir is
-needed. Flags follow the original tensorflow/models inception_eval.py; they are generated from
-settings.EvalSettings (config/flag_table.py) and checked before TensorFlow loads.
+Reads the model settings stored beside the checkpoints (the network, its size, the labels),
+so usually only --checkpoint_dir is needed. Flags follow the original tensorflow/models
+inception_eval.py.
 """
 
 from absl import app

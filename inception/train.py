@@ -4,13 +4,13 @@ With no flags it trains the embedded demo data set with 2 towers in a few minute
 Flags follow the original tensorflow/models inception_train.py where it had them, and
 imagenet_distributed_train.py for training on several machines (--job_name, --task_id,
 --ps_hosts, --worker_hosts, --num_replicas_to_aggregate; or TF_CONFIG from a scheduler).
-
-The flags are generated from the settings (config/flag_table.py: each one's default is its
-setting's, its help beside it) and become one settings.TrainSettings (settings_from_flags),
-checked before TensorFlow loads (config/rules.py, plans.py, cluster.py), so a bad flag costs a
-second and writes nothing. The range test's and the plan's flags come from
-commands.RangeTestSettings and plans.PlanFlags the same way; this file defines no flag itself.
+A bad flag is one line before anything loads or is written; the manual is docs/index.md.
 """
+# This docstring is --help's text (common/cli.py). The flags are generated from the settings
+# (config/flag_table.py: each one's default is its setting's, its help beside it) and become one
+# settings.TrainSettings (settings_from_flags), checked before TensorFlow loads
+# (config/rules.py, plans.py, cluster.py). The range test's and the plan's flags come from
+# commands.RangeTestSettings and plans.PlanFlags the same way; this file defines no flag itself.
 
 import os
 import signal

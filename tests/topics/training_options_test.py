@@ -7,6 +7,7 @@ independently), --class_weight and --balanced_sampling, and their one-line refus
 import functools
 import math
 import os
+import re
 import subprocess
 import sys
 import unittest
@@ -286,6 +287,27 @@ class RefusalsTest(unittest.TestCase):
                 errors = done.stderr.strip().splitlines()
                 self.assertEqual(len(errors), 1, done.stderr)
                 self.assertIn(message, errors[0])
+
+
+class HelpTest(unittest.TestCase):
+
+    def test_help_is_for_users_lists_each_flag_once_and_exits_0(self):
+        for program in ("inception.train", "inception.eval", "data.build_image_data"):
+            with self.subTest(program=program):
+                done = subprocess.run([sys.executable, "-m", program, "--help"],
+                                      capture_output=True, text=True, check=False, timeout=120,
+                                      env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+                self.assertEqual(done.returncode, 0, done.stderr[-2000:])
+                self.assertNotRegex(done.stdout, r"\.py:|runfiles|flag_table")  # no paths
+                listed = re.findall(r"^  --(\w+)", done.stdout, re.MULTILINE)
+                self.assertEqual(len(listed), len(set(listed)))
+                self.assertNotIn("logtostderr", listed)  # absl's own flags stay out
+        train = subprocess.run([sys.executable, "-m", "inception.train", "-h"],
+                               capture_output=True, text=True, check=False, timeout=120,
+                               env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+        self.assertEqual(train.returncode, 0)
+        self.assertIn("\n  --model\n      The network to train", train.stdout)
+        self.assertIn("\n  --accumulate_steps (default: 1)\n", train.stdout)
 
 
 class ProfileStepsTest(unittest.TestCase):

@@ -24,10 +24,10 @@ from inception.config.environment import ClusterConfigError
 
 # The exit status that asks a scheduler to start the run again (a preemption, a lost task):
 # Kubeflow's training operator reserves 138 (128 + SIGUSR1) for retryable user errors in its
-# ExitCode restart policy, which retries 130, 137, 143 and 138 alone and takes every other
-# status as permanent; a Kubernetes Job's podFailurePolicy (JobSet too) and a Slurm script can
-# be told any code. TensorFlow's own preemption handler exits 42, which that policy would take
-# as permanent.
+# ExitCode restart policy, which retries every status of 128 and above (v1.9.0:
+# IsRetryableExitCode) and takes 1-127 as permanent; a Kubernetes Job's podFailurePolicy
+# (JobSet too) and a Slurm script can be told any code. TensorFlow's own preemption handler
+# exits 42, which that policy would take as permanent.
 DEFAULT_RESTART_EXIT_CODE = 138
 # Exit statuses that already mean something else (cli.fail, the flags parser, Ctrl-C).
 TAKEN_EXIT_CODES = {0: "success", 1: "an error", 2: "a bad flag", 130: "Ctrl-C"}

@@ -81,6 +81,12 @@ class ServiceInputTest(unittest.TestCase):
         self.assertLessEqual(max(counts.values()) - min(counts.values()), 2, counts)
         batches = [tuple(labels) for _, labels in served]
         self.assertEqual(len(set(batches)), len(batches), batches)  # not the same epoch twice
+        # Whole epochs of the one seeded order: every served batch, images included, is a batch
+        # of the local pipeline's first epochs (each worker takes whole epochs of it).
+        local = {tuple(labels): images for images, labels in read_batches(self.shards, 24)}
+        for images, labels in served:
+            self.assertIn(tuple(labels), local)
+            np.testing.assert_array_equal(images, local[tuple(labels)])
 
     def test_a_resumed_input_starts_at_the_next_whole_epoch(self):
         local = read_batches(self.shards, 6)  # epochs 0 and 1

@@ -69,11 +69,16 @@ def wait_for_line(path, process, text, timeout):
 
 def two_worker_run():
     """8 steps fed by a service of two workers, the first stopped after step 2: (TrainResult,
-    log lines, the dispatcher's address)."""
+    log lines, the dispatcher's address, the tasks of the training job each worker held when
+    the first was stopped)."""
     dispatcher, workers = start_service(2)
+    tasks = []
 
     def stop_one_at_step_2(line):
         if "step 2, loss" in line:
+            # TensorFlow's own tests read a worker's tasks through this private accessor.
+            # pylint: disable-next=protected-access
+            tasks.extend(worker._num_tasks() for worker in workers)
             workers[0].stop()
     try:
         result, lines, _ = train("worker_lost", log=stop_one_at_step_2, max_steps=8,
@@ -81,7 +86,7 @@ def two_worker_run():
     finally:
         for server in workers[1:] + [dispatcher]:
             server.stop()
-    return result, lines, dispatcher.target
+    return result, lines, dispatcher.target, tasks
 
 
 class InputServiceTrainingTest(unittest.TestCase):
@@ -128,7 +133,8 @@ class InputServiceTrainingTest(unittest.TestCase):
         testing_utils.assert_finite_checkpoint(self, checkpoint)
 
     def test_the_service_feeds_training_and_a_lost_worker_of_two_does_not_stop_it(self):
-        result, lines, target = two_worker_run()
+        result, lines, target, tasks = two_worker_run()
+        self.assertEqual(tasks, [1, 1])  # both workers served the job until the first stopped
         self.assertEqual(result.step, 8)  # fed by the service throughout, by one worker after 2
         self.assertTrue(any(f": input: from the tf.data service at {target}, job "
                             in line for line in lines), lines)

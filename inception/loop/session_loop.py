@@ -1,8 +1,7 @@
 """The training loop: session, resume, logging, summaries, NaN check, checkpoints, signals.
 
 It runs a `TrainGraph` built by a callable (so tests can run the real loop on small models)
-and owns everything with side effects: files in `train_dir`, the log, the run's wall clock.
-"""
+and owns everything with side effects: files in `train_dir`, the log, the run's wall clock."""
 
 import dataclasses
 import gc
@@ -155,8 +154,9 @@ class _Loop:
         self.unverified = checkpoint
         self.clock = health.RunClock(self.run_dir, resumed=checkpoint is not None)
         if self.worker.is_chief:
-            self.writer = tf1.summary.FileWriter(
-                self.loop.train_dir, self.session.graph if checkpoint is None else None)
+            self.writer = tf1.summary.FileWriter(self.loop.train_dir)
+            if checkpoint is None:  # the Graphs tab's; FileWriter(graph=) writes it twice
+                self.writer.add_graph(self.session.graph)
             self.writer.add_summary(tags.layout_summary(), step)
         else:
             self.loop = dataclasses.replace(

@@ -216,16 +216,26 @@ class DurationTest(unittest.TestCase):
 
 class ProgressBarTest(unittest.TestCase):
 
-    def test_a_non_terminal_stream_gets_a_line_every_tenth(self):
-        stream = io.StringIO()
-        bar = ProgressBar(20, label="images", stream=stream)
+    def bar_lines(self, seconds_per_image):
+        """What a log gets from 20 images' bar, each image taking `seconds_per_image`."""
+        stream, now = io.StringIO(), [0.0]
+        bar = ProgressBar(20, label="images", stream=stream, clock=lambda: now[0])
         for _ in range(20):
+            now[0] += seconds_per_image
             bar.update(1)
         bar.close()
-        lines = stream.getvalue().splitlines()
+        return stream.getvalue().splitlines()
+
+    def test_a_log_gets_a_line_every_tenth_of_slow_work(self):
+        lines = self.bar_lines(ProgressBar.LOG_INTERVAL_SECS / 2)  # a tenth takes the interval
         self.assertEqual(len(lines), 10)
         self.assertTrue(lines[-1].startswith("[" + "#" * ProgressBar.WIDTH + "] 20/20 images"),
                         lines[-1])
+
+    def test_a_log_gets_one_line_for_quick_work(self):
+        lines = self.bar_lines(0.01)
+        self.assertEqual(len(lines), 1)
+        self.assertIn("20/20 images (100.0 images/sec)", lines[0])
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+import tensorflow as tf
 from absl.testing import absltest
 
 from inception.config import settings as settings_lib
@@ -138,6 +139,16 @@ class TensorBoardTest(unittest.TestCase):
         training_precision = self.scalars(".", "metrics/precision_at_1")
         self.assertEqual([step for step, _ in training_precision], [1, 2, 3])
         self.assertTrue(all(0 <= value <= 1 for _, value in training_precision))
+
+    def test_the_graphs_tab_has_the_graph_written_once(self):
+        self.scalars(".", "loss/mean_loss")  # waits until the run is loaded
+        graphs = get_json(self.base + "/data/plugin/graphs/info")
+        self.assertTrue(graphs["."]["run_graph"], graphs)
+        kinds = [tf.compat.v1.Event.FromString(record.numpy()).WhichOneof("what")
+                 for name in tf.io.gfile.glob(os.path.join(self.logdir, "events.out.*"))
+                 for record in tf.data.TFRecordDataset(name)]
+        self.assertEqual(kinds.count("graph_def"), 1)
+        self.assertNotIn("meta_graph_def", kinds)  # the same graph again, twice the file
 
     def test_custom_scalars_layout_and_per_class_results(self):
         self.scalars(".", "loss/mean_loss")  # waits until the run is loaded

@@ -42,6 +42,15 @@ def has_aux_head(image_size):
 # rewrite their `call`; with autograph off while the network is built, they call it as it is
 # (the same ops, a few percent of a tower's build).
 @tf.autograph.experimental.do_not_convert
+def without_background(logits):
+    """`logits` (float [N, classes]) with the background's (label 0) at the lowest finite value
+    (tf.math.in_top_k counts nothing in a row holding an infinity): what predictions rank
+    (precision, the top classes shown). No data set here has an image of label 0, so no user
+    sees it predicted; the loss, the model and its exported logits keep every logit as it is."""
+    hidden = tf.fill(tf.shape(logits[:, :1]), tf.constant(logits.dtype.min, logits.dtype))
+    return tf.concat([hidden, logits[:, 1:]], axis=1)
+
+
 def inception_logits(images, model, is_training, batch_norm_decay=recipe.BATCH_NORM_DECAY,
                      dropout_seed=None, batch_norm=None):
     """Builds Inception v3 on `images` under variable scope `InceptionV3`.

@@ -66,11 +66,15 @@ class Prediction:
 
 def top_k_outputs(logits, texts, top_k):
     """{classes, probabilities, label_texts, logits} of float logits [N, C], as the
-    SavedModel's graph computes them (softmax, then the k largest, the lower class first
-    among equals); `texts` names each class. Written for the models without that graph."""
-    shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
+    SavedModel's graph computes them (the background's logit left out as
+    network.without_background does; the k largest logits, the lower class first among equals,
+    and their softmax over the labels); `texts` names each class. Written for the models
+    without that graph."""
+    ranked = np.array(logits, dtype=np.float32)
+    ranked[:, 0] = -np.inf
+    shifted = np.exp(ranked - ranked.max(axis=1, keepdims=True))
     probabilities = (shifted / shifted.sum(axis=1, keepdims=True)).astype(np.float32)
-    classes = np.argsort(-probabilities, axis=1, kind="stable")[:, :min(top_k, len(texts))]
+    classes = np.argsort(-ranked, axis=1, kind="stable")[:, :min(top_k, len(texts) - 1)]
     return {"classes": classes.astype(np.int64),
             "probabilities": np.take_along_axis(probabilities, classes, axis=1),
             "label_texts": np.array(texts, dtype=object)[classes], "logits": logits}

@@ -10,8 +10,9 @@ their exponential moving averages. Two signatures share its variables:
   request with a message naming its size, before it is decoded;
 - `predict_images`: `images` (float32 [N, size, size, 3] in [-1, 1]).
 
-Both return `classes` (int64 [N, k], 1-based labels, 0 = background), `probabilities`
-(float32 [N, k]), `label_texts` (string [N, k]) and `logits` (float32 [N, num_classes]).
+Both return `classes` (int64 [N, k], the 1-based labels; the background, logit 0, is never
+among them), `probabilities` (float32 [N, k], the softmax over the labels), `label_texts`
+(string [N, k]) and `logits` (float32 [N, num_classes], background included).
 The export is written in TensorFlow Serving's layout, `<export_dir>/<global step>/`, under a
 temporary name first, so a version directory is always complete. The other --formats add their
 model files to the same folder, with `model_inputs.json` and `labels.txt` (model_files.py).
@@ -32,6 +33,7 @@ from common import image_limits
 from inception.config import commands
 from inception.inputs import datasets
 from inception.inputs import preprocessing
+from inception.model import network
 from inception.model import registry
 from inception.run import checkpoint_io
 from inception.run.directory import RunDirectory
@@ -74,11 +76,15 @@ def label_texts(num_classes, label_names):
 
 
 def prediction_outputs(logits, texts, top_k):
-    """{classes, probabilities, label_texts, logits} of a batch of logits (float32 [N, C])."""
-    k = min(top_k, len(texts))
-    top = tf.math.top_k(tf.nn.softmax(logits), k=k)
+    """{classes, probabilities, label_texts, logits} of a batch of logits (float32 [N, C]):
+    the top classes and their softmax over the labels, the background left out
+    (network.without_background); `logits` as the model gives them."""
+    ranked = network.without_background(logits)
+    # Ranked by logit: probabilities that underflow to 0 would tie with the background's.
+    top = tf.math.top_k(ranked, k=min(top_k, len(texts) - 1))
     classes = tf.cast(top.indices, tf.int64)
-    return {"classes": classes, "probabilities": top.values,
+    probabilities = tf.gather(tf.nn.softmax(ranked), top.indices, batch_dims=1)
+    return {"classes": classes, "probabilities": probabilities,
             "label_texts": tf.gather(tf.constant(texts), classes), "logits": logits}
 
 

@@ -2,8 +2,9 @@
 the most confused pairs, as a CSV file, a log line, a markdown report and a confusion-matrix
 image for TensorBoard, all computed in NumPy from one confusion-count matrix.
 
-Label 0 is "background" (never a real class of our data sets), `label_names[i - 1]` names
-label i, and a matrix has one row and column per logit, background included. Everything here
+Label 0 is "background" (never a real class of our data sets, and never predicted:
+network.without_background), `label_names[i - 1]` names label i, and a matrix has one row and
+column per logit, background included, though only labels with examples or predictions show. Everything here
 stays cheap for 1001 classes: one matrix, no per-class TensorBoard scalars.
 """
 

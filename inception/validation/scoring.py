@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from common.progress import ProgressBar
 from inception.inputs import pipeline
+from inception.model import network
 from inception.model import registry
 from inception.parallel.devices import HOST_DEVICE
 from inception.run import tags
@@ -38,9 +39,10 @@ class EvalResult:
 
     def line(self):
         """The original's result line, with the example count; recall@5 is said to be 1 by
-        construction when the model has 5 outputs or fewer (every one is in the top 5)."""
-        trivial = self.confusion is not None and self.confusion.shape[0] <= RECALL_K
-        note = f" (always, with {self.confusion.shape[0]} outputs)" if trivial else ""
+        construction when the data has 5 classes or fewer (every one is in the top 5)."""
+        classes = None if self.confusion is None else self.confusion.shape[0] - 1  # background
+        trivial = classes is not None and classes <= RECALL_K
+        note = f" (always, with {classes} classes)" if trivial else ""
         return (f"precision @ 1 = {self.precision_at_1:.4f} recall @ 5 = {self.recall_at_5:.4f}"
                 f"{note} [{self.num_examples} examples]")
 
@@ -70,12 +72,14 @@ def batch_scores(logits, labels):
       logits: float32 [batch, num_classes]; labels: int32 [batch].
 
     Returns:
-      (top-1 correct, top-5 correct, sum of cross-entropy): scalars; top-k uses k =
-      min(RECALL_K, num_classes) and counts ties as in the top k, as tf.math.in_top_k does.
+      (top-1 correct, top-5 correct, sum of cross-entropy): scalars; top-k ranks the labels
+      without the background (network.without_background), uses k = min(RECALL_K, labels) and
+      counts ties as in the top k, as tf.math.in_top_k does; the loss takes every logit.
     """
-    k = min(RECALL_K, logits.shape[-1])
-    top1 = tf.reduce_sum(tf.cast(tf.math.in_top_k(labels, logits, 1), tf.int64))
-    top5 = tf.reduce_sum(tf.cast(tf.math.in_top_k(labels, logits, k), tf.int64))
+    ranked = network.without_background(logits)
+    k = min(RECALL_K, logits.shape[-1] - 1)
+    top1 = tf.reduce_sum(tf.cast(tf.math.in_top_k(labels, ranked, 1), tf.int64))
+    top5 = tf.reduce_sum(tf.cast(tf.math.in_top_k(labels, ranked, k), tf.int64))
     loss = tf.reduce_sum(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels,
                                                                         logits=logits))
     return top1, top5, loss
@@ -103,7 +107,7 @@ def build_eval_graph(shards, model, batch_size, max_examples=0, strict=False,
         logits = logits_fn(batch.images, model)
         top1, top5, loss_sum = batch_scores(logits, batch.labels)
         batch_examples = tf.size(batch.labels, out_type=tf.int64)
-        predictions = tf.argmax(logits, axis=-1)
+        predictions = tf.argmax(network.without_background(logits), axis=-1)
         tf1.train.get_or_create_global_step()
         restore_map = checkpoint_io.restore_map_with_averages(tf1.global_variables())
         saver = tf1.train.Saver(restore_map)

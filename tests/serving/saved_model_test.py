@@ -129,7 +129,10 @@ class ExportTest(unittest.TestCase):
         eval_logits, _ = eval_graph_logits(os.path.join(self.train_dir, "model.ckpt-3"),
                                            self.shards, self.stored_model())
         outputs = self.serving_outputs(self.images_bytes)
-        np.testing.assert_array_equal(outputs["classes"][:, 0], np.argmax(eval_logits, axis=1))
+        # The top class ranks the labels, never the background (logit 0), which this barely
+        # trained model ranks first for every image.
+        np.testing.assert_array_equal(outputs["classes"][:, 0],
+                                      np.argmax(eval_logits[:, 1:], axis=1) + 1)
         # The same ops on the same weights in two graphs that Grappler fuses differently:
         # float32 rounding through the network (relative 1e-6 to 1e-5); a different
         # preprocessing or weight would move logits by 1e-2 and more.
@@ -137,12 +140,15 @@ class ExportTest(unittest.TestCase):
         # A model that predicts one class for everything would agree trivially.
         self.assertGreater(np.ptp(eval_logits, axis=0).max(), 0.0)
 
-    def test_outputs_are_consistent(self):
+    def test_outputs_are_consistent_and_never_the_background(self):
         outputs = self.serving_outputs(self.images_bytes[:3])
-        self.assertEqual(outputs["classes"].shape, (3, 5))
+        self.assertEqual(outputs["classes"].shape, (3, 5))  # the 5 labels, in some order
         self.assertEqual(outputs["classes"].dtype, np.int64)
+        self.assertEqual(sorted(outputs["classes"][0]), [1, 2, 3, 4, 5])
         logits = outputs["logits"]
-        softmax = np.exp(logits - logits.max(1, keepdims=True))
+        self.assertEqual(logits.shape, (3, 6))  # the model's outputs, background included
+        labels = logits[:, 1:]  # the softmax is over the labels
+        softmax = np.exp(labels - labels.max(1, keepdims=True))
         softmax /= softmax.sum(1, keepdims=True)
         # TensorFlow's float32 softmax against NumPy's on the same logits: a few ulps, and
         # TensorFlow's CPU kernels flush denormals (below 1.2e-38) to zero where NumPy keeps
@@ -346,7 +352,9 @@ class ClassifyTest(unittest.TestCase):
             lines = [json.loads(line) for line in handle]
         self.assertEqual(len(lines), 5)
         self.assertEqual(len(lines[0]["top_k"]), 5)
-        self.assertIn(lines[0]["top_k"][0]["label"], demo_data.CLASS_NAMES + ("background",))
+        self.assertIn(lines[0]["top_k"][0]["label"], demo_data.CLASS_NAMES)
+        self.assertEqual(sorted(entry["label"] for entry in lines[0]["top_k"]),
+                         sorted(demo_data.CLASS_NAMES))  # the background is never shown
 
     def test_an_output_json_that_cannot_be_written_is_one_line_before_the_model_loads(self):
         output_json = os.path.join(testing_utils.temp_dir("json"), "no", "such", "out.jsonl")

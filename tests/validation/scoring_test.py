@@ -34,9 +34,12 @@ def eval_features_and_labels(shards):
 
 
 def hand_scores(logits, labels):
-    """precision@1, recall@5 and mean cross-entropy computed with NumPy."""
-    top1 = np.mean(np.argmax(logits, axis=1) == labels)
-    ranks = np.array([np.sum(row > row[label]) for row, label in zip(logits, labels)])
+    """precision@1, recall@5 (ranking the labels 1 and up: the background, 0, is never a
+    prediction) and mean cross-entropy (over every logit) computed with NumPy."""
+    ranked = np.array(logits, np.float64)
+    ranked[:, 0] = -np.inf
+    top1 = np.mean(np.argmax(ranked, axis=1) == labels)
+    ranks = np.array([np.sum(row > row[label]) for row, label in zip(ranked, labels)])
     top5 = np.mean(ranks < 5)
     shifted = logits - logits.max(axis=1, keepdims=True)
     log_softmax = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
@@ -82,24 +85,25 @@ class MetricsTest(unittest.TestCase):
         result = scoring.EvalResult(step=3, precision_at_1=0.5, recall_at_5=0.75, loss=1.0,
                                     num_examples=8)
         self.assertEqual(result.line(), "precision @ 1 = 0.5000 recall @ 5 = 0.7500 [8 examples]")
-        # 3 classes and the background: every output is in the top 5.
+        # 5 classes (and the background's logit): every class is in the top 5.
         few = scoring.EvalResult(step=3, precision_at_1=0.5, recall_at_5=1.0, loss=1.0,
-                                 num_examples=8, confusion=np.zeros((4, 4), np.int64))
+                                 num_examples=8, confusion=np.zeros((6, 6), np.int64))
         self.assertEqual(few.line(), "precision @ 1 = 0.5000 recall @ 5 = 1.0000 (always, with "
-                                     "4 outputs) [8 examples]")
-        many = dataclasses.replace(few, confusion=np.zeros((6, 6), np.int64))
+                                     "5 classes) [8 examples]")
+        many = dataclasses.replace(few, confusion=np.zeros((7, 7), np.int64))
         self.assertEqual(many.line(), "precision @ 1 = 0.5000 recall @ 5 = 1.0000 [8 examples]")
 
 
 class BatchScoresTest(unittest.TestCase):
 
-    def test_ties_count_as_in_the_top_k(self):
-        rows = [([5, 1, 1, 1, 1, 1, 1], 0),  # the one highest: top 1
-                ([3, 3, 0, 0, 0, 0, 0], 1),  # tied for the highest: top 1 too
-                ([0, 4, 3, 0, 0, 0, 0], 2),  # second: top 5 only
-                ([6, 5, 4, 3, 2, 2, 0], 5),  # tied for 5th and 6th place: top 5
-                ([6, 5, 4, 3, 2, 1, 0], 5),  # 6th: neither
-                ([1, 1, 1, 1, 1, 1, 1], 6)]  # all tied: top 1
+    def test_ties_count_as_in_the_top_k_and_the_background_is_never_ranked(self):
+        # The background's logit (first) is the highest of every row, and ranks nowhere.
+        rows = [([9, 5, 1, 1, 1, 1, 1, 1], 1),  # the one highest: top 1
+                ([9, 3, 3, 0, 0, 0, 0, 0], 2),  # tied for the highest: top 1 too
+                ([9, 0, 4, 3, 0, 0, 0, 0], 3),  # second: top 5 only
+                ([9, 6, 5, 4, 3, 2, 2, 0], 6),  # tied for 5th and 6th place: top 5
+                ([9, 6, 5, 4, 3, 2, 1, 0], 6),  # 6th: neither
+                ([9, 1, 1, 1, 1, 1, 1, 1], 7)]  # all tied: top 1
         logits = np.array([row for row, _ in rows], np.float32)
         labels = np.array([label for _, label in rows], np.int32)
         with tf.Graph().as_default():
@@ -107,12 +111,14 @@ class BatchScoresTest(unittest.TestCase):
             with tf1.Session() as session:
                 top1, top5, loss_sum = session.run(scores)
         self.assertEqual((int(top1), int(top5)), (3, 5))
-        in_top_k = [tf.math.in_top_k(labels, logits, k).numpy().sum() for k in (1, 5)]
+        in_top_k = [tf.math.in_top_k(labels - 1, logits[:, 1:], k).numpy().sum()
+                    for k in (1, 5)]
         self.assertEqual([int(top1), int(top5)], in_top_k)
-        # float32 cross-entropies of 0.1 to 5.5 summed over 6 rows against NumPy's float64:
-        # the sum (about 14.2) has a float32 ulp of 1e-6, and each of the 6 terms is rounded too.
+        # float32 cross-entropies of 4.0 to 8.1 (the background's logit in every softmax)
+        # summed over 6 rows against NumPy's float64: the sum (about 39.2) has a float32 ulp
+        # of 3.8e-6, and each of the 6 terms is rounded too: 2e-5 allows a few ulps.
         self.assertAlmostEqual(loss_sum, hand_scores(logits.astype(np.float64), labels)[2] * 6,
-                               places=5)
+                               delta=2e-5)
 
 
 class RestoreMapTest(unittest.TestCase):

@@ -84,7 +84,7 @@ def resolve_run(settings, log=print):
     return ResolvedRun(
         settings=resolved, dataset=dataset, placement=placement, shards=shards,
         examples_per_epoch=examples_per_epoch,
-        make_initializer=pretrained_initializer_factory(settings.init, settings.model, log),
+        make_initializer=pretrained_initializer_factory(settings.init, resolved.model, log),
         class_weights=class_weights, sampling_weights=sampling_weights)
 
 

@@ -38,10 +38,6 @@ def has_aux_head(image_size):
     return image_size >= MIN_AUX_IMAGE_SIZE
 
 
-# tf-slim's layers are TensorFlow's legacy layers, which ask autograph at every call whether to
-# rewrite their `call`; with autograph off while the network is built, they call it as it is
-# (the same ops, a few percent of a tower's build).
-@tf.autograph.experimental.do_not_convert
 def without_background(logits):
     """`logits` (float [N, classes]) with the background's (label 0) at the lowest finite value
     (tf.math.in_top_k counts nothing in a row holding an infinity): what predictions rank
@@ -51,6 +47,10 @@ def without_background(logits):
     return tf.concat([hidden, logits[:, 1:]], axis=1)
 
 
+# tf-slim's layers are TensorFlow's legacy layers, which ask autograph at every call whether to
+# rewrite their `call`; with autograph off while the network is built, they call it as it is
+# (the same ops, a few percent of a tower's build).
+@tf.autograph.experimental.do_not_convert
 def inception_logits(images, model, is_training, batch_norm_decay=recipe.BATCH_NORM_DECAY,
                      dropout_seed=None, batch_norm=None):
     """Builds Inception v3 on `images` under variable scope `InceptionV3`.

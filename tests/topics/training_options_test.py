@@ -291,20 +291,23 @@ class RefusalsTest(unittest.TestCase):
 
 class HelpTest(unittest.TestCase):
 
+    @staticmethod
+    def help_of(program, argument="--help"):
+        return subprocess.run([sys.executable, "-m", program, argument], capture_output=True,
+                              text=True, check=False, timeout=120,
+                              env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+
     def test_help_is_for_users_lists_each_flag_once_and_exits_0(self):
         for program in ("inception.train", "inception.eval", "data.build_image_data"):
             with self.subTest(program=program):
-                done = subprocess.run([sys.executable, "-m", program, "--help"],
-                                      capture_output=True, text=True, check=False, timeout=120,
-                                      env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+                done = self.help_of(program)
                 self.assertEqual(done.returncode, 0, done.stderr[-2000:])
                 self.assertNotRegex(done.stdout, r"\.py:|runfiles|flag_table")  # no paths
                 listed = re.findall(r"^  --(\w+)", done.stdout, re.MULTILINE)
+                self.assertGreater(len(listed), 3, done.stdout)
                 self.assertEqual(len(listed), len(set(listed)))
                 self.assertNotIn("logtostderr", listed)  # absl's own flags stay out
-        train = subprocess.run([sys.executable, "-m", "inception.train", "-h"],
-                               capture_output=True, text=True, check=False, timeout=120,
-                               env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+        train = self.help_of("inception.train", "-h")
         self.assertEqual(train.returncode, 0)
         self.assertIn("\n  --model\n      The network to train", train.stdout)
         self.assertIn("\n  --accumulate_steps (default: 1)\n", train.stdout)

@@ -21,6 +21,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from bench.device_lock import held_since  # noqa: E402  pylint: disable=wrong-import-position
 from bench.device_lock import hold_device  # noqa: E402  pylint: disable=wrong-import-position
 from bench.report import KERAS_MODELS  # noqa: E402  pylint: disable=wrong-import-position
+from inception.config import recipe  # noqa: E402  pylint: disable=wrong-import-position
 from inception.driver import startup  # noqa: E402  pylint: disable=wrong-import-position
 
 startup.allow_xla_on_cpu()  # for "xla": before TensorFlow reads its XLA flags
@@ -102,7 +103,6 @@ def ours(settings):
     Towers go where training puts them: one per GPU (GPUs split into virtual devices of
     `virtual_gpu_memory_mb` when there are more towers than GPUs), else virtual CPU devices.
     """
-    from inception.config import recipe  # pylint: disable=import-outside-toplevel
     from inception.config import settings as settings_lib  # pylint: disable=import-outside-toplevel
     from inception.inputs import datasets  # pylint: disable=import-outside-toplevel
     from inception.model import network  # pylint: disable=import-outside-toplevel
@@ -231,7 +231,7 @@ def keras(settings):
     tf.config.threading.set_intra_op_parallelism_threads(settings.get("intra_op_threads", 0))
     keras3.mixed_precision.set_global_policy(KERAS_POLICIES[settings.get("precision", "fp32")])
     application = getattr(keras3.applications,
-                          KERAS_MODELS[settings.get("model") or "inception_v3"])
+                          KERAS_MODELS[settings.get("model") or recipe.DEFAULT_NETWORK])
     model = application(weights=None, input_shape=(size, size, 3), classes=NUM_CLASSES)
     # jit_compile "auto" is what a Keras user gets: XLA on GPUs, none on CPUs.
     model.compile(optimizer=keras3.optimizers.RMSprop(0.1, rho=0.9, momentum=0.9,

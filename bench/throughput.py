@@ -31,13 +31,14 @@ from absl import app  # noqa: E402  pylint: disable=wrong-import-position
 from absl import flags  # noqa: E402  pylint: disable=wrong-import-position
 
 from bench import report  # noqa: E402  pylint: disable=wrong-import-position
+from inception.config import recipe  # noqa: E402  pylint: disable=wrong-import-position
 from inception.parallel import devices  # noqa: E402  pylint: disable=wrong-import-position
 from inception.parallel import hardware  # noqa: E402  pylint: disable=wrong-import-position
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("output_json", "bench_results.json", "Where to write the report.")
 flags.DEFINE_string("output_plot", "", "PNG plot path (default: the report's path, .png).")
-flags.DEFINE_enum("model", "inception_v3", sorted(report.KERAS_MODELS), "Our network "
+flags.DEFINE_enum("model", recipe.DEFAULT_NETWORK, sorted(report.KERAS_MODELS), "Our network "
                   "(training's --model) and its keras.applications counterpart.")
 flags.DEFINE_integer("image_size", 299, "Input height and width.")
 flags.DEFINE_integer("batch_size", 16, "Global batch size of every training measurement.")

@@ -28,7 +28,6 @@ from inception.parallel import towers
 
 MODEL_SCOPE = "InceptionV3"
 HEAD_SCOPES = (f"{MODEL_SCOPE}/Logits", f"{MODEL_SCOPE}/AuxLogits")  # what fine-tuning starts afresh
-DEFAULT_IMAGE_SIZE = 299
 MIX_STREAMS = 4096  # seeds per step for Mixup/CutMix: one per tower and micro-batch
 DROPOUT_STREAM = 1  # folded into a tower's seed for its dropout masks
 

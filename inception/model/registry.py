@@ -1,8 +1,8 @@
 """The networks a run can train, by the name `--model` gives (default: recipe.DEFAULT_NETWORK).
 
 Each is one module of inception/model/ and one line of NETWORKS below: how to build its logits
-from the pipeline's images (and any auxiliary head), the scopes fine-tuning starts afresh and
-the image size it was published at. A run records its network's name in model_settings.json,
+from the pipeline's images (and any auxiliary head) and the scopes fine-tuning starts afresh.
+A run records its network's name in model_settings.json,
 so evaluation, export and a resumed run rebuild it without being told (inference_logits).
 """
 
@@ -20,20 +20,16 @@ class Network:
     dropout_seed, batch_norm) -> (logits, aux_logits or None), with
     network.inception_logits's arguments (images in [-1, 1]; each network turns them into
     its own input scale). head_scopes: the variable scopes of its classifier, which
-    --fine_tune starts afresh. image_size: the size it was published at. title: its name in
-    the log."""
+    --fine_tune starts afresh. title: its name in the log."""
     name: str
     title: str
     logits: object
     head_scopes: tuple
-    image_size: int
 
 
 NETWORKS = {entry.name: entry for entry in (
-    Network("inception_v3", "Inception v3", network.inception_logits, network.HEAD_SCOPES,
-            network.DEFAULT_IMAGE_SIZE),
-    Network("resnet_v1_50", "ResNet-50 v1", resnet.resnet_v1_50_logits, resnet.HEAD_SCOPES,
-            resnet.DEFAULT_IMAGE_SIZE),
+    Network("inception_v3", "Inception v3", network.inception_logits, network.HEAD_SCOPES),
+    Network("resnet_v1_50", "ResNet-50 v1", resnet.resnet_v1_50_logits, resnet.HEAD_SCOPES),
 )}
 
 

@@ -19,7 +19,6 @@ from inception.model.slim_compat import tf_slim as slim
 
 SCOPE = "resnet_v1_50"
 HEAD_SCOPES = (f"{SCOPE}/logits",)  # what fine-tuning starts afresh
-DEFAULT_IMAGE_SIZE = 224
 WEIGHT_DECAY = 1e-4  # Goyal et al. 2017, not on batch norm
 # slim's vgg_preprocessing: the ImageNet means of R, G and B on a 0-255 scale.
 CHANNEL_MEANS = (123.68, 116.78, 103.94)

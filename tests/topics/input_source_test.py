@@ -134,7 +134,7 @@ class InputServiceTrainingTest(unittest.TestCase):
 
     def test_the_service_feeds_training_and_a_lost_worker_of_two_does_not_stop_it(self):
         result, lines, target, tasks = two_worker_run()
-        self.assertEqual(tasks, [1, 1])  # both workers served the job until the first stopped
+        self.assertEqual(tasks, [1, 1])  # both workers held a task of the job when one stopped
         self.assertEqual(result.step, 8)  # fed by the service throughout, by one worker after 2
         self.assertTrue(any(f": input: from the tf.data service at {target}, job "
                             in line for line in lines), lines)
